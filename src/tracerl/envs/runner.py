@@ -1,0 +1,80 @@
+"""Run policies in environments: batched, lockstep episodes that become `Trajectory` records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracerl.core.policy import Policy, Session
+from tracerl.core.trajectory import Trajectory
+from tracerl.envs.base import Env
+
+PASS_TOLERANCE = 1e-6
+
+
+@dataclass
+class Episode:
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)
+    adapter: str | None = None
+
+
+def passed(reward: float) -> bool:
+    """τ²-bench's rule: an episode passes iff its reward is 1 (within 1e-6)."""
+    return abs(reward - 1.0) <= PASS_TOLERANCE
+
+
+def rollout(
+    make_env: Callable[[], Env],
+    policy: Policy,
+    episodes: Sequence[Episode],
+    *,
+    batch_size: int = 64,
+    on_done: Callable[[Trajectory], None] | None = None,
+) -> list[Trajectory]:
+    """Play `episodes` (up to `batch_size` at a time, one env each); trajectories in input order."""
+    results: list[Trajectory | None] = [None] * len(episodes)
+    for start in range(0, len(episodes), batch_size):
+        chunk = range(start, min(start + batch_size, len(episodes)))
+        envs = {i: make_env() for i in chunk}
+        sessions: dict[int, Session] = {}
+        for i in chunk:
+            messages, info = envs[i].reset(seed=episodes[i].seed, options=episodes[i].options)
+            sessions[i] = Session(messages=list(messages), tools=envs[i].tools, info=info, adapter=episodes[i].adapter)
+        active = list(chunk)
+        while active:
+            replies = policy.act([sessions[i] for i in active])
+            still = []
+            for i, reply in zip(active, replies, strict=True):
+                session = sessions[i]
+                session.messages.append(reply)
+                new, reward, terminated, truncated, step_info = envs[i].step(reply)
+                session.messages.extend(new)
+                if terminated or truncated:
+                    results[i] = _trajectory(envs[i], episodes[i], session, reward, step_info)
+                    if on_done is not None:
+                        on_done(results[i])
+                else:
+                    still.append(i)
+            active = still
+    return [r for r in results if r is not None]
+
+
+def _trajectory(env: Env, episode: Episode, session: Session, reward: float, step_info: dict[str, Any]) -> Trajectory:
+    public = {k: v for k, v in session.info.items() if not k.startswith("_") and k != "task_id"}
+    if episode.options.get("hint"):
+        public["hint"] = True
+    return Trajectory(
+        task_id=str(session.info.get("task_id", episode.seed)),
+        domain=env.name,
+        seed=episode.seed,
+        messages=session.messages,
+        tools=session.tools,
+        reward=float(reward),
+        passed=passed(reward),
+        reward_breakdown=step_info.get("reward_breakdown", {}),
+        termination=step_info.get("termination") or "error",
+        info=public,
+        tokens=session.tokens,
+    )

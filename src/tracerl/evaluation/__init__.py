@@ -1,0 +1,1 @@
+"""tracerl.evaluation."""
