@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up a fresh machine and run the whole test suite: a venv with CPU torch and the project,
+# headless Chromium for the HTML report test, then pytest (slow tests included).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+    || echo "warning: could not install chromium; the report rendering test will fail" >&2
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q torch==2.13.0 -e '.[test]'
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
