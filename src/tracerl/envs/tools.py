@@ -135,3 +135,86 @@ def result_text(result: Any) -> str:
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json")
     return json.dumps(result, sort_keys=True, ensure_ascii=False)
+
+
+# --- tools behind a given schema (a τ²-bench tools.json entry) --------------------------------------
+
+
+def args_model_from_schema(schema: ToolSchema) -> type[BaseModel]:
+    """A pydantic model that validates a call's arguments against the schema's parameter types.
+
+    Handles what tools.json files use: string/integer/number/boolean/array/object, `enum`,
+    `anyOf`, `$ref` into `$defs`; unknown keys are rejected, missing required ones reported.
+    """
+    params = schema.parameters
+    defs = params.get("$defs", {})
+    return _object_model(f"{schema.name}_args", params, defs, {})
+
+
+def _object_model(name: str, spec: dict[str, Any], defs: dict[str, Any], cache: dict[str, Any]) -> type[BaseModel]:
+    required = set(spec.get("required", []))
+    fields: dict[str, Any] = {}
+    for pname, pspec in spec.get("properties", {}).items():
+        annotation = _annotation(pspec, defs, cache, f"{name}_{pname}")
+        if pname in required:
+            fields[pname] = (annotation, ...)
+        else:
+            fields[pname] = (annotation | None, pspec.get("default"))
+    return create_model(name, __base__=_StrictArgs, **fields)
+
+
+def _annotation(spec: dict[str, Any], defs: dict[str, Any], cache: dict[str, Any], name: str) -> Any:
+    from typing import Literal, Union
+
+    if "$ref" in spec:
+        ref = spec["$ref"].split("/")[-1]
+        if ref not in cache:
+            cache[ref] = _annotation(defs.get(ref, {}), defs, cache, ref)
+        return cache[ref]
+    if "anyOf" in spec:
+        options = tuple(_annotation(s, defs, cache, f"{name}_{i}") for i, s in enumerate(spec["anyOf"]))
+        return Union[options]  # noqa: UP007
+    if "enum" in spec:
+        return Literal[tuple(spec["enum"])]
+    kind = spec.get("type")
+    if kind == "string":
+        return str
+    if kind == "integer":
+        return int
+    if kind == "number":
+        return float
+    if kind == "boolean":
+        return bool
+    if kind == "null":
+        return type(None)
+    if kind == "array":
+        return list[_annotation(spec.get("items", {}), defs, cache, f"{name}_item")]
+    if kind == "object":
+        if "properties" in spec:
+            return _object_model(name, spec, defs, cache)
+        return dict[str, Any]
+    return Any
+
+
+class SchemaTool:
+    """A tool whose schema is given (not derived) and whose body is a Python handler.
+
+    The handler receives the validated arguments as keyword arguments (nested objects as dicts).
+    """
+
+    def __init__(self, schema: ToolSchema, handler: Callable[..., Any]):
+        self.schema = schema
+        self.kind = schema.kind
+        self.name = schema.name
+        self.fn = handler
+        self.args_model = args_model_from_schema(schema)
+
+    def __call__(self, arguments: dict[str, Any]) -> Any:
+        parsed = self.args_model.model_validate(arguments)
+        values = parsed.model_dump(mode="json")
+        return self.fn(**{k: values[k] for k in type(parsed).model_fields if k in arguments or values[k] is not None})
+
+
+def add_schema_tool(toolbox: Toolbox, schema: ToolSchema, handler: Callable[..., Any]) -> None:
+    """Give `toolbox` one more tool with exactly this schema (name, parameters, kind)."""
+    toolbox._tools[schema.name] = SchemaTool(schema, handler)  # type: ignore[assignment]
