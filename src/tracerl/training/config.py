@@ -1,0 +1,113 @@
+"""Training configuration: every GRPO knob named as in TRL's `GRPOConfig`, LoRA as in PEFT's `LoraConfig`.
+
+Defaults follow the paper / reference (GPU scale): LoRA r 16, alpha 16 on all seven projections,
+clip-higher ε 0.2 / 0.28, no KL (β 0), temperature 1.0. `configs/train-tiny.yaml` holds the values
+measured to work for the embedded tiny agent on CPU (r 8, lr 2e-3, 8 groups × 8 rollouts).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tracerl.core.errors import InputError
+from tracerl.core.io import describe_validation_error
+
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class LoraSettings(BaseModel):
+    """The subset of PEFT's `LoraConfig` we expose (same names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(16, ge=1)
+    lora_alpha: float = Field(16, gt=0)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS))
+
+    def peft_config(self):
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+            target_modules=list(self.target_modules), bias="none", task_type="CAUSAL_LM",
+        )
+
+
+class TrainConfig(BaseModel):
+    """One GRPO run (one capability adapter). Names follow TRL's GRPOConfig where TRL has the knob."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # --- sampling -----------------------------------------------------------------------------
+    num_generations: int = Field(8, ge=2, description="rollouts per group (all reset with the same seed)")
+    groups_per_step: int = Field(8, ge=1, description="groups (task instances) per optimizer step")
+    temperature: float = Field(1.0, gt=0)
+    hint_fraction: float = Field(0.0, ge=0, le=1, description="share of each group sampled with the env's hint")
+    max_resample_tries: int = Field(3, ge=1, description="sampling rounds per step while < half the groups are informative")
+    min_informative_fraction: float = Field(0.5, ge=0, le=1)
+    rollout_batch_size: int = Field(64, ge=1, description="episodes played in lockstep")
+    # --- objective ----------------------------------------------------------------------------
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = "grpo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    epsilon: float = Field(0.2, ge=0)
+    epsilon_high: float | None = Field(0.28, ge=0, description="upper clip; None = epsilon")
+    beta: float = Field(0.0, ge=0, description="KL coefficient toward the base model (adapter disabled)")
+    max_completion_length: int = Field(256, ge=1, description="dr_grpo's constant normaliser (generated tokens)")
+    num_iterations: int = Field(1, ge=1, description="optimisation passes over each batch")
+    # --- optimiser ----------------------------------------------------------------------------
+    learning_rate: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    adam_beta1: float = Field(0.9, ge=0, lt=1)
+    adam_beta2: float = Field(0.999, ge=0, lt=1)
+    max_grad_norm: float = Field(1.0, gt=0)
+    per_device_train_batch_size: int = Field(16, ge=1, description="sequences per forward/backward micro-batch")
+    # --- schedule, evaluation, checkpoints -----------------------------------------------------
+    max_steps: int = Field(20, ge=1)
+    max_rollouts: int | None = Field(None, ge=1, description="stop before a step would exceed this many rollouts")
+    eval_steps: int = Field(5, ge=1, description="evaluate every this many steps (and at step 0)")
+    eval_episodes: int = Field(64, ge=0, description="held-out seeds per evaluation (greedy)")
+    eval_seed_start: int = Field(1_000_000, ge=0, description="held-out seeds are eval_seed_start + i")
+    save_steps: int = Field(1, ge=1, description="checkpoint every this many steps")
+    seed: int = 0
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        if self.hint_fraction > 0 and round(self.hint_fraction * self.num_generations) == 0:
+            raise ValueError("hint_fraction × num_generations rounds to 0 hinted rollouts")
+        return self
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @property
+    def hinted_per_group(self) -> int:
+        return round(self.hint_fraction * self.num_generations)
+
+
+def load_config(path: str | Path | None, **overrides) -> TrainConfig:
+    """Read a YAML/JSON config (all keys optional), apply non-None `overrides`; one-line error if bad."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except FileNotFoundError:
+            raise InputError("no such config file", path=str(path)) from None
+        except yaml.YAMLError as e:
+            line = getattr(getattr(e, "problem_mark", None), "line", None)
+            raise InputError("not valid YAML", path=str(path), line=None if line is None else line + 1) from None
+        if not isinstance(data, dict):
+            raise InputError("a config must be a mapping of option: value", path=str(path))
+        data = data.get("train", data)  # a full run config may nest the training section
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e), path=None if path is None else str(path)) from None

@@ -1,0 +1,101 @@
+"""The GRPO objective over padded token tables: log-probs, clipped surrogate, KL, normalisations.
+
+All tables are [batch, time]; `mask` is 1 on tokens the model generated (these take loss). Per token
+
+    ρ = exp(logp − old_logp)                                  (old_logp: the sampler's log-prob)
+    l = −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·(exp(ref − logp) − (ref − logp) − 1)
+
+and the loss normalisations are TRL's (B sequences, L = max_completion_length):
+
+    grpo     mean over sequences of (Σ_t l·m / Σ_t m)
+    dapo     Σ l·m / (tokens in the whole batch)
+    dr_grpo  Σ l·m / (B · L)
+
+`policy_loss` returns one micro-batch's *share* of the whole-batch loss (it divides by whole-batch
+counts), so summing the shares of every micro-batch on every rank gives exactly TRL's loss on the
+full batch — gradient accumulation and data parallelism do not change the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def token_logprobs(
+    model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of every token given its prefix, and the entropy of that position's distribution.
+
+    Both [batch, time], aligned with `ids` (position 0 has no prefix: 0). Logits are divided by
+    `temperature` so that the log-probs are those of the distribution the sampler drew from.
+    """
+    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
+    logp_all = F.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    pad = logp.new_zeros(ids.shape[0], 1)
+    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1)
+
+
+@dataclass(frozen=True)
+class BatchCounts:
+    """Whole-batch sizes (all micro-batches, all ranks) that the loss normalisations divide by."""
+
+    sequences: int
+    tokens: int
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    counts: BatchCounts,
+    *,
+    loss_type: str = "grpo",
+    epsilon: float = 0.2,
+    epsilon_high: float = 0.28,
+    beta: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+    max_completion_length: int = 256,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """This micro-batch's share of the clipped-surrogate loss, and summed statistics for logging.
+
+    The statistics are sums over masked tokens (`clipped`, `kl`, `approx_kl`, `tokens`), to be
+    added over micro-batches and ranks and divided by the token count at the end.
+    """
+    mask = mask.to(logp.dtype)
+    adv = advantages.to(logp.dtype)[:, None]
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped_ratio * adv)
+    kl = None
+    if beta != 0.0:
+        if ref_logp is None:
+            raise ValueError("beta > 0 needs the base model's log-probs (ref_logp)")
+        delta = ref_logp - logp
+        kl = torch.exp(delta) - delta - 1
+        per_token = per_token + beta * kl
+    summed = (per_token * mask).sum(-1)
+    if loss_type == "grpo":
+        loss = (summed / mask.sum(-1).clamp(min=1.0)).sum() / counts.sequences
+    elif loss_type == "dapo":
+        loss = summed.sum() / max(counts.tokens, 1)
+    elif loss_type == "dr_grpo":
+        loss = summed.sum() / (counts.sequences * max_completion_length)
+    else:
+        raise ValueError(f"loss_type must be grpo, dapo or dr_grpo, not {loss_type!r}")
+    with torch.no_grad():
+        is_clipped = ((ratio < 1 - epsilon) & (adv < 0)) | ((ratio > 1 + epsilon_high) & (adv > 0))
+        stats = {
+            "tokens": mask.sum(),
+            "clipped": (is_clipped.to(mask.dtype) * mask).sum(),
+            # k3 estimate of KL(sampler ‖ current) from the sampler's tokens
+            "approx_kl": ((ratio - 1 - log_ratio) * mask).sum(),
+            "kl": (kl * mask).sum() if kl is not None else mask.new_zeros(()),
+        }
+    return loss, stats
