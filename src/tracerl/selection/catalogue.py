@@ -1,0 +1,175 @@
+"""The capability catalogue: what a capability is, the built-in ones, and users' own from YAML/JSON.
+
+A capability has a snake_case name, a description and a labelling rubric that says what NA,
+PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should never select
+(the agent's failures never hinge on them); they keep the selection honest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tracerl.core.errors import InputError
+from tracerl.core.io import describe_validation_error
+
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+
+
+class Rubric(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    na: str = Field(description="When the task does not need the capability.")
+    present: str = Field(description="Needed, and the agent exercised it.")
+    lacking: str = Field(description="Needed, and the agent did not.")
+
+
+class Capability(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str
+    rubric: Rubric
+    decoy: bool = False
+    source: Literal["builtin", "user", "discovered"] = "builtin"
+    example_task_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _snake_case(cls, v: str) -> str:
+        if not NAME_PATTERN.match(v):
+            raise ValueError(f"capability name '{v}' is not snake_case")
+        return v
+
+
+def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
+    return Capability(name=name, description=description, rubric=Rubric(na=na, present=present, lacking=lacking), decoy=decoy)
+
+
+BUILTIN: tuple[Capability, ...] = (
+    _cap(
+        "precondition_verification",
+        "Before a state-changing action, the agent reads the records it acts on and checks the policy's "
+        "conditions (eligibility, time windows, class, insurance); it never takes an action the policy forbids.",
+        "The task involves no decision to change state (no write action was needed or made).",
+        "Every write was preceded by reading the entity it acts on and was allowed by the policy.",
+        "A write the task did not call for (a forbidden action), or a write on an entity whose state the agent never read.",
+    ),
+    _cap(
+        "multi_step_completion",
+        "The agent carries a request with several sub-tasks through to the end, completing every required "
+        "state change instead of stopping after the first one.",
+        "The task needs fewer than two write actions.",
+        "All required write actions were attempted.",
+        "Some required writes were never attempted: the episode ended with sub-tasks open.",
+    ),
+    _cap(
+        "structured_data_reasoning",
+        "The agent chooses or computes values from structured records correctly: the cheapest flight that "
+        "meets the constraints, the right item id, a refund or price difference.",
+        "No write argument has to be chosen or computed from records.",
+        "Every argument that had to be chosen or computed from records has the right value.",
+        "A write's argument that must be chosen or computed from records has the wrong value.",
+    ),
+    _cap(
+        "tool_call_precision",
+        "The agent calls tools with exact names, argument names, types and ids, so that each call does what "
+        "it meant to do.",
+        "The task needs no tool call, or the agent made none.",
+        "The calls made use the right tools with exact arguments (as the gold actions have them).",
+        "A call names the right tool but its arguments differ from every matching gold action, or a call fails "
+        "on invalid arguments or ids.",
+    ),
+    _cap(
+        "error_recovery",
+        "When a tool call returns an error, the agent changes course (fixes the arguments, looks the value "
+        "up, tries another way) instead of repeating the failing call or giving up.",
+        "No tool call returned an error.",
+        "After every error the agent made a different call.",
+        "The agent repeated a call identical to one that had just failed, or the episode ended on too many errors.",
+    ),
+    _cap(
+        "information_communication",
+        "The agent tells the user the facts the task requires (amounts, statuses, ids), accurately.",
+        "The task requires no specific information to be communicated.",
+        "Every required piece of information appears in the agent's messages.",
+        "A required piece of information never appears in the agent's messages.",
+    ),
+    _cap(
+        "tone_and_empathy",
+        "The agent is polite, warm and acknowledges the user's situation.",
+        "The agent wrote no text to the user.",
+        "The agent's messages are polite and considerate.",
+        "The agent is rude, dismissive or cold toward the user.",
+        decoy=True,
+    ),
+    _cap(
+        "language_fluency",
+        "The agent writes grammatical, fluent, easy-to-read text.",
+        "The agent wrote no text to the user.",
+        "The agent's messages are fluent and grammatical.",
+        "The agent's messages are garbled, ungrammatical or hard to read.",
+        decoy=True,
+    ),
+)
+
+
+def builtin_capabilities() -> list[Capability]:
+    return [c.model_copy(deep=True) for c in BUILTIN]
+
+
+def load_capabilities(path: str | Path) -> list[Capability]:
+    """Users' capabilities from a YAML or JSON file: a list of {name, description, rubric{na,present,lacking}}
+    (or a mapping with a `capabilities` list). A missing rubric gets one written from the description."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(path)) from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path), line=line) from None
+    if isinstance(data, dict) and "capabilities" in data:
+        data = data["capabilities"]
+    if not isinstance(data, list):
+        raise InputError("expected a list of capabilities (or a mapping with a 'capabilities' list)", path=str(path))
+    out = []
+    for i, entry in enumerate(data):
+        if isinstance(entry, dict) and "rubric" not in entry and isinstance(entry.get("description"), str):
+            entry = {**entry, "rubric": default_rubric(entry["description"]).model_dump()}
+        try:
+            cap = Capability.model_validate({"source": "user", **entry} if isinstance(entry, dict) else entry)
+        except ValidationError as e:
+            raise InputError(f"capability {i}: {describe_validation_error(e)}", path=str(path)) from None
+        out.append(cap)
+    return out
+
+
+def default_rubric(description: str) -> Rubric:
+    """A generic rubric for a capability known only by its description."""
+    return Rubric(
+        na=f"The task does not call for this: {description}",
+        present="The task called for it and the agent did it.",
+        lacking="The task called for it and the agent failed to do it.",
+    )
+
+
+def merge_capabilities(base: list[Capability], extra: list[Capability]) -> list[Capability]:
+    """`base` then those of `extra` whose name is new (duplicates by name dropped, first wins)."""
+    seen = {c.name for c in base}
+    out = list(base)
+    for c in extra:
+        if c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+    return out
