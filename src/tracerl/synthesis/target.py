@@ -1,0 +1,149 @@
+"""The target domain a synthetic environment imitates: its tool schemas and system-prompt title.
+
+A target is either the built-in airline domain (`"airline"`) or a τ²-bench domain given by
+its tools.json (a `policy.md` next to it, if any, gives the prompt title). `tool_families`
+pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
+e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) — which is what
+every capability template is built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracerl.core.errors import InputError
+from tracerl.core.tools import ToolSchema, load_tools_json
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # "airline", "retail", …
+    tools: tuple[ToolSchema, ...]
+    title: str  # first line of the target's system prompt, e.g. "# Retail agent policy"
+    source: str  # "airline" (built-in) or the tools.json path it was read from
+
+    def tool(self, name: str) -> ToolSchema:
+        for t in self.tools:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "source": self.source,
+            "tools": [{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Target:
+        return cls(
+            name=data["name"],
+            tools=tuple(ToolSchema.from_openai(t) for t in data["tools"]),
+            title=data["title"],
+            source=data.get("source", data["name"]),
+        )
+
+
+def load_target(spec: str) -> Target:
+    """`"airline"` → the built-in airline domain; otherwise a path to a τ²-bench tools.json."""
+    if spec == "airline":
+        return _builtin_airline()
+    path = Path(spec)
+    if not path.exists():
+        raise InputError("no such file (the target is 'airline' or a path to a tools.json)", path=spec)
+    tools = load_tools_json(path)
+    name = path.parent.name or path.stem
+    title = f"# {name.capitalize()} agent policy"
+    policy = path.parent / "policy.md"
+    if policy.exists():
+        first = policy.read_text().lstrip().splitlines()[0:1]
+        if first and first[0].startswith("#"):
+            title = first[0].strip()
+    target = Target(name=name, tools=tuple(tools), title=title, source=str(path))
+    if not tool_families(target.tools):
+        raise InputError("no read tool shares an id parameter with a write tool: nothing to build on", path=spec)
+    return target
+
+
+def _builtin_airline() -> Target:
+    try:
+        from tracerl.envs.registry import make_env  # type: ignore[import-not-found]
+    except ImportError:
+        raise InputError("the built-in airline domain is not available in this installation") from None
+    env = make_env("airline")
+    messages, _ = env.reset(seed=0)
+    title = "# Airline agent policy"
+    if messages and messages[0].role == "system" and (messages[0].content or "").lstrip().startswith("#"):
+        title = (messages[0].content or "").lstrip().splitlines()[0].strip()
+    return Target(name="airline", tools=tuple(env.tools), title=title, source="airline")
+
+
+@dataclass(frozen=True)
+class ToolFamily:
+    """A read tool and the write tools that take the same id parameter (simplest first)."""
+
+    check: ToolSchema
+    acts: tuple[ToolSchema, ...]
+    id_param: str
+
+    @property
+    def entity(self) -> str:
+        return self.id_param.removesuffix("_id")
+
+
+def tool_families(tools: tuple[ToolSchema, ...] | list[ToolSchema]) -> list[ToolFamily]:
+    """Every (check, acts) family, largest family first; acts ordered simplest first."""
+    families = []
+    for check in tools:
+        if check.kind != "read":
+            continue
+        required = check.parameters.get("required", [])
+        if len(required) != 1 or not required[0].endswith("_id"):
+            continue
+        id_param = required[0]
+        acts = [
+            t for t in tools
+            if t.kind == "write" and id_param in t.parameters.get("required", [])
+            and _is_string(t.parameters.get("properties", {}).get(id_param, {}))
+        ]
+        if acts:
+            acts.sort(key=lambda t: (argument_complexity(t), t.name))
+            families.append(ToolFamily(check=check, acts=tuple(acts), id_param=id_param))
+    families.sort(key=lambda f: (-len(f.acts), f.check.name))
+    return families
+
+
+def _is_string(spec: dict[str, Any]) -> bool:
+    return spec.get("type") == "string"
+
+
+def argument_complexity(schema: ToolSchema) -> int:
+    """How hard a call is to write: scalars count 1, arrays of scalars 2, nested objects 4 per field."""
+    defs = schema.parameters.get("$defs", {})
+
+    def cost(spec: dict[str, Any]) -> int:
+        if "$ref" in spec:
+            spec = defs.get(spec["$ref"].split("/")[-1], {})
+        kind = spec.get("type")
+        if kind == "array":
+            inner = spec.get("items", {})
+            return 2 if inner.get("type") in ("string", "integer", "number", "boolean") else 4 * max(1, cost(inner))
+        if kind == "object":
+            return sum(cost(v) for v in spec.get("properties", {}).values()) or 1
+        return 1
+
+    return sum(cost(v) for v in schema.parameters.get("properties", {}).values())
+
+
+def is_flat(schema: ToolSchema) -> bool:
+    """All parameters are scalars or arrays of scalars (no nested objects)."""
+    for spec in schema.parameters.get("properties", {}).values():
+        if "$ref" in spec or spec.get("type") == "object":
+            return False
+        if spec.get("type") == "array" and spec.get("items", {}).get("type") not in ("string", "integer", "number", "boolean"):
+            return False
+    return True

@@ -1,0 +1,225 @@
+"""The shared machinery of the capability templates: a seeded task over records of the target's
+entity, the target's own tool schemas in front of a small in-memory database, a scripted user,
+hints, and the oracle.
+
+A template subclass says how to build a task from a seed (`generate`) and how to score the
+episode from the calls it made (`score`). Everything else — tools, prompts, episode mechanics
+(from `ToolEnv`) — is here, so every template is interface-faithful the same way: its tools are
+the target's schemas verbatim, tool results are JSON objects, errors are "Error: …" texts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tracerl.core.messages import Action, Message, canonical_json
+from tracerl.core.tools import ToolSchema
+from tracerl.envs.base import ToolEnv
+from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
+from tracerl.synthesis.target import Target, ToolFamily, tool_families
+
+# What a record's status becomes after a write tool ran, by the tool's leading verb.
+_VERB_STATUS = {
+    "cancel": "cancelled", "update": "updated", "modify": "modified", "return": "return requested",
+    "exchange": "exchange requested", "send": "sent", "book": "booked",
+}
+CONFIRM_REPLY = "Yes, please go ahead."
+GOODBYE_REPLY = "Thank you, that's all."
+MAX_DIFFICULTY = 4
+
+
+@dataclass
+class Task:
+    """One task instance: the database, the request, the policy rules and what solves it."""
+
+    records: dict[str, dict[str, Any]]  # id -> the record the check tool returns
+    request: str  # the user's opening message
+    rules: list[str]  # policy lines for the system prompt
+    hint: str  # expert guidance: how to go about it, never the calls themselves
+    gold: list[Action]  # the oracle's call sequence
+    kind: str  # a short label of the task's kind
+    expected: dict[str, Any] = field(default_factory=dict)  # what the template's scorer needs
+
+
+class TemplateEnv(ToolEnv):
+    """A capability environment built on one target's tool family (see `Target`, `ToolFamily`)."""
+
+    capability: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    max_turns = 12
+
+    def __init__(self, target: Target, difficulty: int = 1, max_turns: int | None = None):
+        super().__init__(max_turns=max_turns)
+        if not 0 <= int(difficulty) <= MAX_DIFFICULTY:
+            raise ValueError(f"difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
+        families = tool_families(target.tools)
+        if not families:
+            raise ValueError(f"target '{target.name}' has no read tool sharing an id parameter with a write tool")
+        self.target = target
+        self.difficulty = int(difficulty)
+        self.family: ToolFamily = families[0]
+        self.acts: list[ToolSchema] = self.choose_acts(self.family)
+        self.name = f"{target.name}:{self.capability}"
+
+    # --- for templates ---------------------------------------------------------------------
+    def choose_acts(self, family: ToolFamily) -> list[ToolSchema]:
+        """The write tools this template's tasks use (default: the simplest one)."""
+        return [family.acts[0]]
+
+    @abstractmethod
+    def generate(self, rng: random.Random) -> Task:
+        """The task of one seed (all randomness from `rng`)."""
+
+    @abstractmethod
+    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+        """Reward in [0, 1] and its breakdown, from the successful tool calls, in order."""
+
+    # --- helpers for templates -------------------------------------------------------------
+    @property
+    def entity(self) -> str:
+        return self.family.entity.replace("_", " ")
+
+    @property
+    def id_param(self) -> str:
+        return self.family.id_param
+
+    def id_spec(self) -> dict[str, Any]:
+        return self.family.check.parameters["properties"][self.id_param]
+
+    def tool_names(self) -> list[str]:
+        """Names of the tools this env offers: the check tool, the acts, one distractor act."""
+        names = [self.family.check.name] + [a.name for a in self.acts]
+        spare = [a.name for a in self.family.acts if a.name not in names]
+        return names + spare[:1]
+
+    @staticmethod
+    def phrase(act: ToolSchema) -> str:
+        """'cancel_pending_order' → 'cancel pending order'."""
+        return act.name.replace("_", " ")
+
+    @staticmethod
+    def render_args(arguments: dict[str, Any], skip: str) -> str:
+        """'reason: "no longer needed", payment id: "gift_card_1"' (the id parameter left out)."""
+        parts = [f"{k.replace('_', ' ')}: {json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items() if k != skip]
+        return ", ".join(parts)
+
+    def is_write(self, call: Action) -> bool:
+        return self.target.tool(call.name).kind == "write"
+
+    def on_record(self, calls: list[Action], record_id: str, *, write: bool) -> list[tuple[int, Action]]:
+        """(position, call) of the reads (write=False) or writes (write=True) on one record."""
+        return [(i, c) for i, c in enumerate(calls)
+                if c.arguments.get(self.id_param) == record_id and self.is_write(c) == write]
+
+    @staticmethod
+    def same_call(a: Action, b: Action) -> bool:
+        """Same tool, and every argument of `b` (the gold call) equal in `a`."""
+        return a.name == b.name and all(
+            canonical_json(a.arguments.get(k)) == canonical_json(v) for k, v in b.arguments.items()
+        )
+
+    # --- ToolEnv ---------------------------------------------------------------------------
+    def task(self, seed: int) -> Task:
+        rng = random.Random(f"{self.capability}|{self.target.name}|{self.difficulty}|{int(seed)}")
+        return self.generate(rng)
+
+    def oracle(self, seed: int) -> list[Action]:
+        return list(self.task(seed).gold)
+
+    def system_prompt(self, task: Task, hint: bool) -> str:
+        lines = [
+            self.target.title,
+            "",
+            f"You are a customer service agent. Use the tools to help the user with their {self.entity}s.",
+            "Make one tool call at a time. The user has already confirmed the request.",
+            *[f"- {rule}" for rule in task.rules],
+            "When you are done, reply to the user in one short message.",
+        ]
+        if hint:
+            lines += ["", "## Expert guidance", task.hint]
+        return "\n".join(lines)
+
+    def _setup(self, seed: int, options: dict[str, Any]) -> tuple[Toolbox, list[Message], dict[str, Any]]:
+        task = self.task(seed)
+        self._task = task
+        self._records = copy.deepcopy(task.records)
+        self._calls: list[Action] = []  # successful calls, in order
+        self._confirmed = False
+        toolbox = Toolbox()
+        for name in self.tool_names():
+            schema = self.target.tool(name)
+            add_schema_tool(toolbox, schema, self._read_handler(name) if schema.kind == "read" else self._write_handler(name))
+        hinted = bool(options.get("hint"))
+        opening = [Message.system(self.system_prompt(task, hinted)), Message.user(task.request)]
+        plain = opening if not hinted else [Message.system(self.system_prompt(task, False)), opening[1]]
+        info = {
+            "task_id": f"{self.capability}-{seed}",
+            "capability": self.capability,
+            "task_kind": task.kind,
+            "difficulty": self.difficulty,
+            "gold_actions": [a.model_dump() for a in task.gold],
+            "_prompt_without_hint": plain,
+            "_hint": task.hint,
+        }
+        return toolbox, opening, info
+
+    def _read_handler(self, name: str):
+        def handler(**arguments: Any) -> dict[str, Any]:
+            record = self._records.get(arguments.get(self.id_param))
+            if record is None:
+                raise ToolError(f"{self.entity} not found")
+            self._calls.append(Action(name=name, arguments=arguments))
+            return copy.deepcopy(record)
+
+        return handler
+
+    def _write_handler(self, name: str):
+        verb = name.split("_")[0]
+
+        def handler(**arguments: Any) -> dict[str, Any]:
+            record = self._records.get(arguments.get(self.id_param))
+            if record is None:
+                raise ToolError(f"{self.entity} not found")
+            self._calls.append(Action(name=name, arguments=arguments))
+            record["status"] = _VERB_STATUS.get(verb, f"{verb} done")
+            return copy.deepcopy(record)
+
+        return handler
+
+    def _user_reply(self, text: str) -> tuple[str | None, bool]:
+        if "?" in text and not self._confirmed:
+            self._confirmed = True  # one confirmation question is answered; the next text ends the chat
+            return CONFIRM_REPLY, False
+        return GOODBYE_REPLY, True
+
+    def _score(self) -> tuple[float, dict[str, float]]:
+        reward, breakdown = self.score(self._task, self._calls)
+        return min(1.0, max(0.0, reward)), breakdown
+
+    # --- record helpers ----------------------------------------------------------------------
+    def new_ids(self, rng: random.Random, n: int) -> list[str]:
+        from tracerl.synthesis.values import id_value
+
+        ids: list[str] = []
+        while len(ids) < n:
+            value = id_value(self.id_spec(), self.id_param, rng)
+            if value not in ids:
+                ids.append(value)
+        return ids
+
+    def make_record(self, record_id: str, rng: random.Random, **fields: Any) -> dict[str, Any]:
+        """A record as the check tool returns it: id, status, amount, created_at, flagged."""
+        record = {
+            self.id_param: record_id,
+            "status": "active",
+            "amount": rng.randint(1, 18) * 50,
+            "created_at": f"2024-05-{rng.randint(1, 14):02d}",
+            "flagged": False,
+        }
+        record.update(fields)
+        return record

@@ -1,0 +1,66 @@
+"""tool_call_precision: fill every parameter of a many-parameter write call exactly.
+
+Task: the target's flat write tool with the most parameters; the user gives every value
+(1 call at difficulty 0–1, 2 at 2–3, 3 at 4). From difficulty 1 the user also mentions an
+outdated value for one parameter, which must not be used. Reward: for each requested call, the
+share of its parameters right in the last write of that tool on that record; averaged. Success
+= every value exact.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from tracerl.core.messages import Action, canonical_json
+from tracerl.core.tools import ToolSchema
+from tracerl.synthesis.target import ToolFamily, argument_complexity, is_flat
+from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.synthesis.values import sample_arguments
+
+
+class ToolCallPrecisionEnv(TemplateEnv):
+    capability = "tool_call_precision"
+    description = "Write tool calls whose every argument is exactly what the user gave."
+
+    def choose_acts(self, family: ToolFamily) -> list[ToolSchema]:
+        flat = [a for a in family.acts if is_flat(a)] or list(family.acts)
+        return [max(flat, key=lambda a: (argument_complexity(a), a.name))]
+
+    def generate(self, rng: random.Random) -> Task:
+        act = self.acts[0]
+        n = 1 + self.difficulty // 2
+        ids = self.new_ids(rng, n)
+        records, gold, lines = {}, [], []
+        for record_id in ids:
+            records[record_id] = self.make_record(record_id, rng)
+            args = sample_arguments(act, rng, {self.id_param: record_id})
+            gold.append(Action(name=act.name, arguments=args))
+            line = f"{self.phrase(act)} for {self.entity} {record_id}: {self.render_args(args, self.id_param)}."
+            others = [k for k in args if k != self.id_param]
+            if self.difficulty >= 1 and others:
+                name = rng.choice(others)
+                old = sample_arguments(act, rng, {self.id_param: record_id})[name]
+                if canonical_json(old) != canonical_json(args[name]):
+                    line += f" (My old {name.replace('_', ' ')} was {json.dumps(old, ensure_ascii=False)}; do not use it.)"
+            lines.append(line)
+        request = "Hi! Please " + " Also ".join(lines)
+        hint = (
+            "Copy every value exactly as the user wrote it — same spelling, case, symbols and list order — into "
+            "the parameter with the matching name, and ignore values the user calls outdated."
+        )
+        return Task(records=records, request=request, rules=["Use exactly the values the user gives."], hint=hint,
+                    gold=gold, kind=f"{n}-call")
+
+    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+        shares = []
+        for g in task.gold:
+            mine = [c for c in calls if c.name == g.name and c.arguments.get(self.id_param) == g.arguments[self.id_param]]
+            if not mine:
+                shares.append(0.0)
+                continue
+            last = mine[-1].arguments
+            shares.append(sum(canonical_json(last.get(k)) == canonical_json(v) for k, v in g.arguments.items())
+                          / len(g.arguments))
+        exact = sum(s == 1.0 for s in shares) / len(shares)
+        return sum(shares) / len(shares), {"argument_accuracy": sum(shares) / len(shares), "exact_calls": exact}

@@ -1,0 +1,96 @@
+"""precondition_verification: acting is right in some seeds and forbidden in others; only a read
+of the record reveals which.
+
+Task: the user asks for one write (two from difficulty 3) on a record. The policy lists the
+conditions under which the write is allowed (1 condition at difficulty 0, up to 3). Each
+requested record passes them with probability ½. Reward per request: 0.3 for reading the
+record before any write on it, 0.7 for the right decision (the exact write when allowed, no
+write when forbidden); averaged over requests. Success needs both on every request.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from tracerl.core.messages import Action
+from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.synthesis.values import sample_arguments
+
+AMOUNT_LIMIT = 500
+
+
+class PreconditionVerificationEnv(TemplateEnv):
+    capability = "precondition_verification"
+    description = "Check the record with a read tool and act only when the policy's conditions hold."
+
+    def conditions(self) -> list[str]:
+        return ["status", "amount", "flagged"][: min(1 + self.difficulty, 3)]
+
+    def rules(self, verb: str) -> list[str]:
+        text = {
+            "status": "its status is 'active'",
+            "amount": f"its amount is at most {AMOUNT_LIMIT}",
+            "flagged": "it is not flagged",
+        }
+        article = "An" if self.entity[:1] in "aeiou" else "A"
+        return [f"{article} {self.entity} may be changed with {verb} only if {text[c]}." for c in self.conditions()] + [
+            "If a condition fails, do not change it; tell the user why."
+        ]
+
+    def generate(self, rng: random.Random) -> Task:
+        act = self.acts[0]
+        n = 2 if self.difficulty >= 3 else 1
+        ids = self.new_ids(rng, n)
+        records, gold, requests, allowed = {}, [], [], {}
+        for record_id in ids:
+            ok = rng.random() < 0.5
+            fields: dict[str, Any] = {"amount": rng.randint(1, AMOUNT_LIMIT // 50) * 50}
+            if not ok:
+                broken = rng.choice(self.conditions())
+                if broken == "status":
+                    fields["status"] = rng.choice(["closed", "on hold"])
+                elif broken == "amount":
+                    fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
+                else:
+                    fields["flagged"] = True
+            # conditions not in force at this difficulty vary freely: they must not matter
+            if "amount" not in self.conditions() and rng.random() < 0.5:
+                fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
+            if "flagged" not in self.conditions():
+                fields["flagged"] = rng.random() < 0.3
+            records[record_id] = self.make_record(record_id, rng, **fields)
+            args = sample_arguments(act, rng, {self.id_param: record_id})
+            gold.append(Action(name=self.family.check.name, arguments={self.id_param: record_id}))
+            if ok:
+                gold.append(Action(name=act.name, arguments=args))
+            allowed[record_id] = args if ok else None
+            details = self.render_args(args, self.id_param)
+            requests.append(f"{self.phrase(act)} for {self.entity} {record_id}" + (f" ({details})" if details else ""))
+        request = "Hi! Please " + " and ".join(requests) + "."
+        hint = (
+            f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
+            "condition in the policy. Act only if all of them hold; otherwise make no change and tell the user "
+            "which condition fails."
+        )
+        kind = "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
+        return Task(records=records, request=request, rules=self.rules(act.name), hint=hint, gold=gold, kind=kind,
+                    expected={"allowed": allowed, "act": act.name})
+
+    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+        checked_total, decided_total = 0.0, 0.0
+        allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
+        for record_id, args in allowed.items():
+            writes = self.on_record(calls, record_id, write=True)
+            reads = self.on_record(calls, record_id, write=False)
+            checked = bool(reads) and (not writes or reads[0][0] < writes[0][0])
+            if args is None:
+                decided = not writes
+            else:
+                gold = Action(name=task.expected["act"], arguments=args)
+                decided = len(writes) == 1 and self.same_call(writes[0][1], gold)
+            checked_total += checked
+            decided_total += decided
+        n = len(allowed)
+        checked, decided = checked_total / n, decided_total / n
+        return 0.3 * checked + 0.7 * decided, {"checked": checked, "decision": decided}
