@@ -47,6 +47,7 @@ class TrainConfig(BaseModel):
     num_generations: int = Field(8, ge=2, description="rollouts per group (all reset with the same seed)")
     groups_per_step: int = Field(8, ge=1, description="groups (task instances) per optimizer step")
     temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(256, ge=1, description="token budget of one assistant turn")
     hint_fraction: float = Field(0.0, ge=0, le=1, description="share of each group sampled with the env's hint")
     max_resample_tries: int = Field(3, ge=1, description="sampling rounds per step while < half the groups are informative")
     min_informative_fraction: float = Field(0.5, ge=0, le=1)

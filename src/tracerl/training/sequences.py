@@ -77,6 +77,10 @@ class Batch:
     old_logprobs: torch.Tensor
     advantages: torch.Tensor
 
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in (self.ids, self.attention_mask, self.loss_mask, self.old_logprobs,
+                                               self.advantages)))
+
 
 def collate(sequences: Sequence[TrainSequence], pad_id: int = 0) -> Batch:
     """Pad on the right to the longest sequence; padding takes no attention and no loss."""

@@ -1,0 +1,114 @@
+"""Checkpoints: adapter, optimizer, RNG states, step and rollouts used — written atomically.
+
+Layout inside the run's output directory (which is itself the PEFT adapter directory):
+
+    adapter_config.json, adapter_model.safetensors   the latest adapter (PeftModel.from_pretrained(base, out))
+    metrics.jsonl                                     one row per step (and the step-0 evaluation)
+    train_config.json                                 resolved config, base model, environment
+    checkpoint/
+        adapter/                                      PEFT adapter at `step`
+        optimizer.pt                                  AdamW state
+        rng-rank{r}.pt                                torch / python / numpy RNG states of each rank
+        state.json                                    {"step", "rollouts_used", "metrics_rows"}
+
+A new checkpoint is built in a temporary sibling folder and swapped in by renames, so a `kill -9`
+at any moment leaves either the previous checkpoint or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tracerl.core.io import read_json, write_json
+
+CHECKPOINT = "checkpoint"
+_OLD = ".checkpoint.old"
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    rollouts_used: int = 0
+    metrics_rows: int = 0
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def save_adapter(model, directory: str | Path) -> None:
+    """Save the PEFT adapter into `directory`, replacing its files one by one atomically."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".adapter.", dir=directory) as tmp:
+        model.save_pretrained(tmp)
+        for f in sorted(Path(tmp).iterdir()):
+            if f.is_file():
+                os.replace(f, directory / f.name)
+
+
+def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: list[dict]) -> None:
+    """Write checkpoint/ for `state` (rank 0 only; `rank_rng` holds every rank's RNG state)."""
+    tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=out))
+    model.save_pretrained(tmp / "adapter")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    for rank, rng in enumerate(rank_rng):
+        torch.save(rng, tmp / f"rng-rank{rank}.pt")
+    write_json(tmp / "state.json", {"step": state.step, "rollouts_used": state.rollouts_used,
+                                    "metrics_rows": state.metrics_rows})
+    _fsync_dir(tmp)
+    current, old = out / CHECKPOINT, out / _OLD
+    if old.exists():
+        shutil.rmtree(old)
+    if current.exists():
+        os.replace(current, old)
+    os.replace(tmp, current)
+    _fsync_dir(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The complete checkpoint folder of `out`, if any (a swap interrupted midway leaves the old one)."""
+    for name in (CHECKPOINT, _OLD):
+        path = out / name
+        if (path / "state.json").exists():
+            return path
+    return None
+
+
+def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
+    """Restore adapter weights, optimizer and this rank's RNG states; return the saved counters."""
+    from peft.utils import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = load_file(str(path / "adapter" / "adapter_model.safetensors"))
+    set_peft_model_state_dict(model, weights)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    rng_file = path / f"rng-rank{rank}.pt"
+    if rng_file.exists():
+        set_rng_state(torch.load(rng_file, weights_only=False))
+    data = read_json(path / "state.json")
+    return TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
+                      metrics_rows=int(data["metrics_rows"]))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

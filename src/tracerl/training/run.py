@@ -1,0 +1,132 @@
+"""Wiring: a base model + LoRA + rollout backend + environment → a ready `GRPOTrainer`.
+
+Everything that can be wrong with the inputs (environment, base model, starting adapter) is
+checked here, before any training starts, and reported as a one-line `InputError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tracerl.core.errors import InputError
+from tracerl.envs.base import Env
+from tracerl.training.backends import LocalBackend, ServerBackend, VLLMAdapterSync
+from tracerl.training.config import TrainConfig
+from tracerl.training.distributed import World
+from tracerl.training.trainer import GRPOTrainer
+
+ADAPTER_NAME = "default"
+
+
+def device_for(world: World) -> torch.device:
+    """cuda:LOCAL_RANK when GPUs are present, else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", world.rank)) % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) of a plain base model; a PEFT adapter directory is refused (pass it as init_adapter)."""
+    from tracerl.models.local import load_model, resolve_model_path
+
+    path = Path(resolve_model_path(base))
+    if (path / "adapter_config.json").exists():
+        raise InputError(f"{base}: is a LoRA adapter, not a base model (start from it with --adapter)")
+    model, tokenizer = load_model(base, device=device)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise InputError(f"{base}: the tokenizer has no chat template")
+    return model, tokenizer
+
+
+def attach_lora(model: Any, config: TrainConfig, init_adapter: str | Path | None = None) -> Any:
+    """The PEFT model to train: a fresh LoRA (seeded) or `init_adapter`, checked against the base."""
+    from peft import PeftConfig, PeftModel, get_peft_model
+
+    if init_adapter is None:
+        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        missing = [m for m in config.lora.target_modules if m not in names]
+        if missing:
+            raise InputError(f"lora.target_modules not in the base model: {', '.join(missing)}")
+        torch.manual_seed(config.seed)
+        return get_peft_model(model, config.lora.peft_config(), adapter_name=ADAPTER_NAME)
+    directory = Path(init_adapter)
+    if not (directory / "adapter_config.json").exists():
+        raise InputError(f"{directory}: not a PEFT adapter directory (no adapter_config.json)")
+    try:
+        peft_config = PeftConfig.from_pretrained(str(directory))
+        if getattr(peft_config, "peft_type", None) is None or str(peft_config.peft_type).split(".")[-1] != "LORA":
+            raise ValueError("not a LoRA adapter")
+        return PeftModel.from_pretrained(model, str(directory), adapter_name=ADAPTER_NAME, is_trainable=True)
+    except (RuntimeError, ValueError, KeyError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise InputError(f"{directory}: adapter does not fit the base model: {first[:300]}") from None
+
+
+def check_env(make_env: Callable[[], Env], source: str) -> None:
+    """One reset of the environment, so a broken environment fails before training."""
+    try:
+        env = make_env()
+        messages, _ = env.reset(seed=0)
+        env.tools  # noqa: B018 — schemas must build
+    except InputError:
+        raise
+    except Exception as e:  # an environment that cannot reset is bad input for training
+        raise InputError(f"{source}: the environment fails to reset: {type(e).__name__}: {e}") from None
+    if not messages:
+        raise InputError(f"{source}: the environment's reset returns no messages")
+
+
+def build_trainer(
+    config: TrainConfig,
+    base: str | Path,
+    make_env: Callable[[], Env],
+    out: str | Path,
+    *,
+    env_source: str = "env",
+    world: World = World(),
+    init_adapter: str | Path | None = None,
+    server_url: str | None = None,
+    served_model: str | None = None,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> GRPOTrainer:
+    """Check every input, then assemble the trainer (rollouts local, or from `server_url`)."""
+    from tracerl.models.chat import ChatFormat
+    from tracerl.models.local import LocalPolicy
+
+    check_env(make_env, env_source)
+    model, tokenizer = load_base(base, device_for(world))
+    peft_model = attach_lora(model, config, init_adapter)
+    chat = ChatFormat(tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.end_of_turn_id
+
+    if server_url is None:
+        def make_policy(greedy: bool, seed: int):
+            return LocalPolicy(peft_model, tokenizer, temperature=0.0 if greedy else config.temperature, seed=seed,
+                               max_new_tokens=config.max_new_tokens, logprobs_mode="processed_logprobs",
+                               max_batch_size=config.rollout_batch_size)
+        backend = LocalBackend(make_policy)
+    else:
+        backend = _server_backend(config, server_url, served_model or ADAPTER_NAME, tokenizer)
+    run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
+                "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
+    return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, adapter_name=ADAPTER_NAME,
+                       pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)
+
+
+def _server_backend(config: TrainConfig, server_url: str, lora_name: str, tokenizer: Any) -> ServerBackend:
+    try:
+        from tracerl.models.openai_policy import OpenAIPolicy  # the OpenAI-compatible backend (models)
+    except ImportError as e:
+        raise InputError(f"rollouts from a server need the OpenAI-compatible policy backend: {e}") from None
+
+    def make_policy(greedy: bool, seed: int):
+        return OpenAIPolicy(base_url=server_url, model=lora_name, tokenizer=tokenizer,
+                            temperature=0.0 if greedy else config.temperature, seed=seed,
+                            max_tokens=config.max_new_tokens)
+
+    return ServerBackend(make_policy, VLLMAdapterSync(server_url, lora_name))

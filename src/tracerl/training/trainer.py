@@ -1,0 +1,331 @@
+"""Multi-turn GRPO on a LoRA adapter: sample groups, score, filter, update, evaluate, checkpoint.
+
+One step:
+1. sample `groups_per_step` groups (each: `num_generations` episodes reset with the same seed,
+   the first `hint_fraction` of them with the environment's hint), sharded across ranks and
+   all-gathered; while fewer than `min_informative_fraction` of the groups are informative, sample
+   another round (at most `max_resample_tries` rounds) — every rollout counts toward the budget;
+2. advantages per group (TRL's `scale_rewards`), constant groups dropped;
+3. training sequences (hint stripped from the prompt), sharded across ranks;
+4. `num_iterations` optimizer steps over the batch: clipped surrogate with the sampler's
+   log-probs, gradients summed across ranks, clipped to `max_grad_norm`, AdamW;
+5. save the adapter, hot-swap it into the rollout backend, log a metrics row, checkpoint.
+
+Every random draw is seeded from (seed, step, round, rank), so a resumed run repeats exactly what the
+uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from tracerl.core.io import atomic_write_text, write_json
+from tracerl.core.messages import Message
+from tracerl.core.policy import Policy
+from tracerl.core.trajectory import Trajectory
+from tracerl.envs.base import Env
+from tracerl.envs.runner import Episode, rollout
+from tracerl.training import checkpoint as ckpt
+from tracerl.training.advantages import group_advantages, informative_groups
+from tracerl.training.config import TrainConfig
+from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
+from tracerl.training.loss import BatchCounts, policy_loss, token_logprobs
+from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
+
+TRAIN_SEED_RANGE = 1_000_000  # training task seeds are drawn from [0, this); keep eval_seed_start ≥ it
+
+
+class RolloutBackend(Protocol):
+    """Where rollouts come from: the training model itself, or a server that hot-swaps the adapter."""
+
+    def policy(self, *, greedy: bool, seed: int) -> Policy:
+        """A policy sampling with the current adapter, its generators seeded from `seed` (greedy: for evaluation)."""
+        ...
+
+    def after_step(self, adapter_dir: Path) -> None:
+        """Make the adapter just saved in `adapter_dir` the one that samples next."""
+        ...
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any parts, stable across processes and Python versions."""
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+@dataclass
+class StepSample:
+    groups: list[list[Trajectory]] = field(default_factory=list)  # [group][generation]
+    rounds: int = 0
+
+
+class GRPOTrainer:
+    """Trains the adapter `adapter_name` of a PEFT `model` on the environment built by `make_env`."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        model: torch.nn.Module,
+        make_env: Callable[[], Env],
+        backend: RolloutBackend,
+        render_prompt: RenderPrompt,
+        out: str | Path,
+        *,
+        adapter_name: str = "default",
+        pad_id: int = 0,
+        world: World = World(),
+        run_info: dict[str, Any] | None = None,
+        on_step: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.cfg = config
+        self.model = model
+        self.make_env = make_env
+        self.backend = backend
+        self.render_prompt = render_prompt
+        self.out = Path(out)
+        self.adapter_name = adapter_name
+        self.pad_id = pad_id
+        self.world = world
+        self.run_info = run_info or {}
+        self.on_step = on_step
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.device = next(model.parameters()).device
+        if not self.params:
+            raise ValueError("the model has no trainable parameters: wrap it with a LoRA adapter first")
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.learning_rate, betas=(config.adam_beta1, config.adam_beta2),
+            weight_decay=config.weight_decay,
+        )
+        self.state = ckpt.TrainState()
+        self.metrics: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ run ---------------------
+    def train(self, resume: bool = False) -> list[dict[str, Any]]:
+        """Run to `max_steps` (or until the rollout budget is spent); returns the metrics rows."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
+            self.state = ckpt.load_checkpoint(found, self.model, self.optimizer, self.world.rank)
+            self.metrics = _read_rows(self.out / "metrics.jsonl")[: self.state.metrics_rows]
+            if self.world.is_main:
+                self.backend.after_step(found / "adapter")
+        elif self.world.is_main:
+            write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
+        if self.state.step == 0 and not self.metrics and self.cfg.eval_episodes > 0:
+            self._log({"step": 0, "rollouts_used": 0, "eval_success": self.evaluate()})
+            self._checkpoint()
+        while self.state.step < self.cfg.max_steps and self._budget_allows_step():
+            self._log(self.step())
+            if self.state.step % self.cfg.save_steps == 0 or self.state.step == self.cfg.max_steps:
+                self._checkpoint()
+        if self.world.is_main:
+            ckpt.save_adapter(self.model, self.out)
+        barrier(self.world)
+        return self.metrics
+
+    def step(self) -> dict[str, Any]:
+        """One GRPO step; returns its metrics row."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        step = self.state.step + 1
+        sample = self.sample_step(step)
+        rewards = torch.tensor([[t.reward for t in g] for g in sample.groups], dtype=torch.float64)
+        adv = group_advantages(rewards, cfg.scale_rewards)
+        keep = informative_groups(rewards)
+        sequences = [
+            training_sequence(traj, float(adv[g, i]), self._hint_free_prompt(traj), self.render_prompt)
+            for g in range(len(sample.groups)) if keep[g]
+            for i, traj in enumerate(sample.groups[g])
+        ]
+        row: dict[str, Any] = {
+            "step": step,
+            "rollouts_used": self.state.rollouts_used,
+            "reward_mean": rewards.mean().item(),
+            "reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+            "success_rate": sum(t.passed for g in sample.groups for t in g) / rewards.numel(),
+            "groups_sampled": len(sample.groups),
+            "informative_groups": int(keep.sum()),
+            "sampling_rounds": sample.rounds,
+        }
+        torch.manual_seed(derive_seed(cfg.seed, step, "update", self.world.rank))  # LoRA dropout
+        row.update(self.update(sequences))
+        self.state.step = step
+        if self.world.is_main:
+            ckpt.save_adapter(self.model, self.out)
+            self.backend.after_step(self.out)
+        barrier(self.world)
+        if step % cfg.eval_steps == 0 or step == cfg.max_steps:
+            row["eval_success"] = self.evaluate()
+        row["seconds"] = round(time.perf_counter() - t0, 3)
+        return row
+
+    # ------------------------------------------------------------- sampling ---------------------
+    def sample_step(self, step: int) -> StepSample:
+        """The groups of one step (all ranks' rollouts, in group order), resampling while uninformative."""
+        cfg, sample = self.cfg, StepSample()
+        per_round = cfg.groups_per_step * cfg.num_generations
+        for round_ in range(cfg.max_resample_tries):
+            if round_ > 0 and cfg.max_rollouts is not None and self.state.rollouts_used + per_round > cfg.max_rollouts:
+                break
+            sample.groups += self._sample_round(step, round_)
+            sample.rounds += 1
+            self.state.rollouts_used += per_round
+            rewards = torch.tensor([[t.reward for t in g] for g in sample.groups])
+            if int(informative_groups(rewards).sum()) >= cfg.min_informative_fraction * cfg.groups_per_step:
+                break
+        return sample
+
+    def _sample_round(self, step: int, round_: int) -> list[list[Trajectory]]:
+        cfg = self.cfg
+        rng = random.Random(derive_seed(cfg.seed, step, round_, "seeds"))
+        seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in range(cfg.groups_per_step)]
+        mine = self.world.shard(list(range(cfg.groups_per_step)))
+        episodes = [
+            Episode(seed=seeds[g], options={"hint": True} if i < cfg.hinted_per_group else {}, adapter=self.adapter_name)
+            for g in mine for i in range(cfg.num_generations)
+        ]
+        policy_seed = derive_seed(cfg.seed, step, round_, "sample", self.world.rank)
+        torch.manual_seed(policy_seed)
+        self.model.eval()
+        with torch.no_grad():
+            trajs = rollout(self.make_env, self.backend.policy(greedy=False, seed=policy_seed), episodes,
+                            batch_size=cfg.rollout_batch_size)
+        n = cfg.num_generations
+        local = {g: trajs[k * n:(k + 1) * n] for k, g in enumerate(mine)}
+        merged: dict[int, list[Trajectory]] = {}
+        for part in all_gather(self.world, local):
+            merged.update(part)
+        return [merged[g] for g in range(cfg.groups_per_step)]
+
+    def _hint_free_prompt(self, traj: Trajectory) -> list[Message] | None:
+        """The opening messages of `traj`'s task without the hint, or None if it was sampled without one."""
+        if not traj.info.get("hint"):
+            return None
+        env = self.make_env()
+        _, info = env.reset(seed=traj.seed, options={"hint": True})
+        prompt = info.get("_prompt_without_hint")
+        if prompt is None:
+            prompt = env.reset(seed=traj.seed)[0]
+        return [m if isinstance(m, Message) else Message.model_validate(m) for m in prompt]
+
+    # --------------------------------------------------------------- update ---------------------
+    def update(self, sequences: list[TrainSequence]) -> dict[str, Any]:
+        """`num_iterations` optimizer steps on `sequences` (the whole batch; this rank trains its shard)."""
+        cfg = self.cfg
+        counts = BatchCounts(sequences=len(sequences), tokens=sum(s.num_loss_tokens for s in sequences))
+        if not sequences or counts.tokens == 0:
+            return {"loss": None, "clip_ratio": None, "approx_kl": None, "kl": None, "entropy": None,
+                    "grad_norm": None, "trained_sequences": 0}
+        shard = self.world.shard(sequences)
+        micro = [shard[i:i + cfg.per_device_train_batch_size] for i in range(0, len(shard), cfg.per_device_train_batch_size)]
+        self._prepare_old_logprobs(micro)
+        refs = self._reference_logprobs(micro) if cfg.beta > 0 else [None] * len(micro)
+        self.model.train()
+        totals = torch.zeros(6, dtype=torch.float64, device=self.device)  # loss, tokens, clipped, approx_kl, kl, entropy
+        grad_norm = 0.0
+        for _ in range(cfg.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            totals.zero_()
+            for part, ref in zip(micro, refs, strict=True):
+                batch = collate(part, self.pad_id).to(self.device)
+                logp, entropy = token_logprobs(self.model, batch.ids, batch.attention_mask, cfg.temperature)
+                loss, stats = policy_loss(
+                    logp, batch.old_logprobs, batch.advantages, batch.loss_mask, counts,
+                    loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.clip_high, beta=cfg.beta,
+                    ref_logp=ref, max_completion_length=cfg.max_completion_length,
+                )
+                loss.backward()
+                totals += torch.tensor([loss.item(), stats["tokens"].item(), stats["clipped"].item(),
+                                        stats["approx_kl"].item(), stats["kl"].item(),
+                                        (entropy.detach() * batch.loss_mask).sum().item()],
+                                       dtype=torch.float64, device=self.device)
+            all_reduce_grads_(self.world, self.params)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm).item()
+            self.optimizer.step()
+            all_reduce_sum_(self.world, [totals])
+        self.model.eval()
+        tokens = max(totals[1].item(), 1.0)
+        return {
+            "loss": totals[0].item(), "clip_ratio": totals[2].item() / tokens,
+            "approx_kl": totals[3].item() / tokens, "kl": totals[4].item() / tokens,
+            "entropy": totals[5].item() / tokens, "grad_norm": grad_norm,
+            "trained_sequences": counts.sequences, "loss_tokens": counts.tokens,
+        }
+
+    @torch.no_grad()
+    def _prepare_old_logprobs(self, micro: list[list[TrainSequence]]) -> None:
+        """Hinted rollouts: the sampling weights' log-probs on the hint-free context (see sequences.py)."""
+        self.model.eval()
+        for part in micro:
+            hinted = [s for s in part if s.hinted]
+            if not hinted:
+                continue
+            batch = collate(hinted, self.pad_id).to(self.device)
+            logp, _ = token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature)
+            for i, s in enumerate(hinted):
+                s.old_logprobs = logp[i, : len(s.ids)].tolist()
+                s.hinted = False
+
+    @torch.no_grad()
+    def _reference_logprobs(self, micro: list[list[TrainSequence]]) -> list[torch.Tensor]:
+        """The base model's log-probs (adapter disabled) for the KL term."""
+        self.model.eval()
+        out = []
+        with self.model.disable_adapter():
+            for part in micro:
+                batch = collate(part, self.pad_id).to(self.device)
+                out.append(token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature)[0])
+        return out
+
+    # ----------------------------------------------------------- evaluation ---------------------
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Greedy success rate of the current adapter on the held-out seeds."""
+        cfg = self.cfg
+        seeds = self.world.shard([cfg.eval_seed_start + i for i in range(cfg.eval_episodes)])
+        self.model.eval()
+        trajs = rollout(self.make_env, self.backend.policy(greedy=True, seed=cfg.seed),
+                        [Episode(seed=s, adapter=self.adapter_name) for s in seeds], batch_size=cfg.rollout_batch_size)
+        passed = sum(sum(t.passed for t in part) for part in all_gather(self.world, trajs))
+        return passed / max(cfg.eval_episodes, 1)
+
+    # -------------------------------------------------------------- records ---------------------
+    def _budget_allows_step(self) -> bool:
+        budget = self.cfg.max_rollouts
+        return budget is None or self.state.rollouts_used + self.cfg.groups_per_step * self.cfg.num_generations <= budget
+
+    def _log(self, row: dict[str, Any]) -> None:
+        row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        self.metrics.append(row)
+        self.state.metrics_rows = len(self.metrics)
+        if self.world.is_main:
+            atomic_write_text(self.out / "metrics.jsonl", "".join(_json(r) + "\n" for r in self.metrics))
+        if self.on_step is not None:
+            self.on_step(row)
+
+    def _checkpoint(self) -> None:
+        rngs = all_gather(self.world, ckpt.rng_state())
+        if self.world.is_main:
+            ckpt.save_checkpoint(self.out, self.model, self.optimizer, self.state, rngs)
+        barrier(self.world)
+
+
+def _json(row: dict[str, Any]) -> str:
+    import json
+
+    return json.dumps(row, ensure_ascii=False)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    import json
+
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
