@@ -23,6 +23,8 @@ def _register_commands() -> None:
     from tracerl.envs import commands as env_commands
 
     env_commands.register(app)
+    from tracerl.evaluation import report_commands; report_commands.register(app)  # noqa: E702
+    from tracerl.selection import commands as selection_commands; selection_commands.register(app)  # noqa: E702
 
 
 def main(argv: list[str] | None = None) -> int:
