@@ -25,6 +25,7 @@ def _register_commands() -> None:
     env_commands.register(app)
     from tracerl.evaluation import report_commands; report_commands.register(app)  # noqa: E702
     from tracerl.selection import commands as selection_commands; selection_commands.register(app)  # noqa: E702
+    from tracerl.composition import commands as composition_commands; composition_commands.register(app)  # noqa: E702
 
 
 def main(argv: list[str] | None = None) -> int:

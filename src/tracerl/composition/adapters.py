@@ -143,6 +143,9 @@ def same_base(a: str | None, b: str | None) -> bool:
 
 
 def _normalise(ref: str) -> str:
+    from tracerl.models.local import resolve_model_path
+
+    ref = resolve_model_path(ref)
     return os.path.realpath(ref) if os.path.exists(ref) else ref.rstrip("/")
 
 

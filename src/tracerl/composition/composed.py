@@ -146,20 +146,32 @@ class Composition:
         finally:
             self._base_only = previous
 
-    def route_requests(self, conversations: list[list[Any]]) -> torch.Tensor | None:
-        """Router/merge modes: set `task_weights` for a batch from each conversation's first user turn.
-
-        Returns the weights (batch, N+1). A no-op returning None in moe mode (tokens route themselves).
-        """
+    def weights_for(self, conversations: list[list[Any]]) -> torch.Tensor | None:
+        """Router/merge modes: routing weights (batch, N+1) from each conversation's first user turn,
+        one-hot on the router's top label (router) or α over the top-p labels (merge); None in moe mode."""
         if self.mode == "moe":
             return None
         if self.router is None:
             raise RuntimeError("this composition has no task router (load it with load_composed)")
         with self.base_only():
             alpha = self.router.alphas(conversations)
-        weights = top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
-        self.task_weights = weights
-        return weights
+        return top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
+
+    def route_requests(self, conversations: list[list[Any]]) -> torch.Tensor | None:
+        """Set `task_weights` for the next forward calls on this batch (see `weights_for`)."""
+        self.task_weights = self.weights_for(conversations)
+        return self.task_weights
+
+    def request_weights(self, conversations: list[list[Any]]) -> list[torch.Tensor | None]:
+        """Per-request routing weights (one row each) to carry in `GenerationRequest.extra`."""
+        weights = self.weights_for(conversations)
+        return [None] * len(conversations) if weights is None else list(weights)
+
+    def forward_kwargs(self, extras: list[Any]) -> dict[str, Any]:
+        """`generate(..., forward_kwargs=composition.forward_kwargs)`: the rows' weights, stacked."""
+        if self.mode == "moe" or not extras or any(e is None for e in extras):
+            return {}
+        return {"routing_weights": torch.stack(list(extras))}
 
     # --- checks -----------------------------------------------------------------------------
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -250,9 +262,30 @@ def compose(
         composition.gates = gates
         model.tracerl_gates = gates  # a registered submodule: moves with model.to(...)
     composition._install_hooks()
+    _accept_routing_weights(model, composition)
     model.tracerl_composition = composition
     composition.assert_frozen()
     return composition
+
+
+def _accept_routing_weights(model: nn.Module, composition: Composition) -> None:
+    """Let `model(…, routing_weights=W)` set the task weights (batch, N+1) for that call only.
+
+    This is how a batched sampler with per-request routing (rows dropping out as they finish)
+    passes each call the weights of the rows still running: see `Composition.forward_kwargs`.
+    """
+    original = model.forward
+
+    def forward(*args: Any, routing_weights: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        if routing_weights is None:
+            return original(*args, **kwargs)
+        previous, composition.task_weights = composition.task_weights, routing_weights
+        try:
+            return original(*args, **kwargs)
+        finally:
+            composition.task_weights = previous
+
+    model.forward = forward
 
 
 def check_capabilities(capabilities: list[Capability], adapters: list[LoRAAdapter]) -> None:

@@ -29,16 +29,14 @@ class GateExample:
 
 
 def _template(tokenizer: Any, messages: list[Message], tools: list[ToolSchema], *, generation_prompt: bool = False) -> list[int]:
-    ids = tokenizer.apply_chat_template(
+    """Render with the chat template, then encode the text (as `tracerl.models.chat.ChatFormat` does)."""
+    text = tokenizer.apply_chat_template(
         [m.to_openai() for m in messages],
         tools=[t.to_openai() for t in tools] or None,
         add_generation_prompt=generation_prompt,
-        tokenize=True,
-        return_dict=False,
+        tokenize=False,
     )
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def user_turn_start(tokenizer: Any, messages: list[Message], tools: list[ToolSchema], ids: list[int]) -> int:

@@ -1,0 +1,81 @@
+"""Routing accuracy on held-out prompts: does the composition send each environment's task to its adapter?
+
+A prompt is the opening of an episode (system prompt + first user turn) labelled with the
+capability of the environment it came from.
+
+- moe: the prompt's prediction is the majority slot over every routing decision (each decoder
+  layer × each token of the first user turn onward — the label mask); ties go to the lower slot.
+- router / merge: the prediction is the router's most probable label (slot 0 = base).
+
+Accuracy is reported overall and per capability.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+
+from tracerl.composition.composed import Composition
+from tracerl.composition.examples import prompt_example
+from tracerl.composition.training import pad_batch
+from tracerl.core.messages import Message
+from tracerl.core.tools import ToolSchema
+from tracerl.core.trajectory import Trajectory
+
+
+@dataclass
+class LabelledPrompt:
+    messages: list[Message]
+    tools: list[ToolSchema]
+    capability: str
+
+
+def prompts_from_trajectories(trajectories: list[Trajectory]) -> list[LabelledPrompt]:
+    return [LabelledPrompt(t.messages, t.tools, str(t.info.get("capability"))) for t in trajectories]
+
+
+@torch.no_grad()
+def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> list[int]:
+    """The slot each prompt is routed to (see the module docstring)."""
+    predictions: list[int] = []
+    model = composition.model
+    device = next(model.parameters()).device
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        if composition.mode != "moe":
+            with composition.base_only():
+                alpha = composition.router.alphas([p.messages for p in chunk])
+            predictions.extend(int(s) for s in alpha.argmax(dim=-1))
+            continue
+        examples = [prompt_example(tokenizer, p.messages, p.tools, 0) for p in chunk]
+        batch = pad_batch(examples)
+        was_training = model.training
+        model.eval()
+        try:
+            model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), use_cache=False)
+        finally:
+            model.train(was_training)
+        votes = torch.stack(composition.last_slots[: len(composition.routes)]).cpu()  # (layers, batch, seq)
+        mask = batch["label_mask"].bool() & batch["attention_mask"].bool()
+        for row in range(len(chunk)):
+            counts = Counter(votes[:, row][:, mask[row]].reshape(-1).tolist())
+            predictions.append(min(counts, key=lambda s: (-counts[s], s)) if counts else 0)
+    return predictions
+
+
+def routing_accuracy(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> dict:
+    """{"overall", "per_capability": {name: accuracy}, "num_prompts", "method"}; prompts of unknown capabilities raise."""
+    truths = [composition.slot_of(p.capability) for p in prompts]
+    predictions = predicted_slots(composition, tokenizer, prompts, batch_size)
+    per: dict[str, list[bool]] = {}
+    for p, truth, pred in zip(prompts, truths, predictions, strict=True):
+        per.setdefault(p.capability, []).append(truth == pred)
+    hits = [truth == pred for truth, pred in zip(truths, predictions, strict=True)]
+    return {
+        "overall": sum(hits) / len(hits) if hits else None,
+        "per_capability": {name: sum(v) / len(v) for name, v in sorted(per.items())},
+        "num_prompts": len(hits),
+        "method": "per-token majority of the gates" if composition.mode == "moe" else "task router top-1",
+    }

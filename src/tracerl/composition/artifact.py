@@ -1,0 +1,172 @@
+"""The composed-model directory: what `tracerl compose` writes and `load_composed` reads.
+
+    composed/
+      composition.json     mode, base and adapter references, capabilities with their slots,
+                           router settings, gate-training summary, measured routing_accuracy
+      gates.safetensors    moe mode: the per-layer gates (`gates.<layer>.weight|bias`)
+
+Base and adapters are referenced, not copied: paths are stored relative to the composed
+directory (so a workspace can move as a whole), hub ids as given. `composition.json` is written
+last and atomically, so a directory without it is incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from safetensors.torch import load_file, save_file
+
+from tracerl.composition.adapters import load_adapter
+from tracerl.composition.composed import MODES, Capability, Composition, compose
+from tracerl.composition.router import BASE_DESCRIPTION, TaskRouter
+from tracerl.core.errors import InputError
+from tracerl.core.io import describe_validation_error, read_json, write_json
+
+SPEC_FILE = "composition.json"
+GATES_FILE = "gates.safetensors"
+FORMAT = "tracerl.composition/1"
+
+
+class AdapterRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    path: str
+
+
+class CapabilitySlot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    slot: int
+
+
+class RouterSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    labels: list[str]
+    base_description: str = BASE_DESCRIPTION
+    top_p: float = 0.9
+
+
+class CompositionSpec(BaseModel):
+    """composition.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: str = FORMAT
+    model_name: str
+    mode: str
+    base: str
+    adapters: list[AdapterRef]
+    capabilities: list[CapabilitySlot]
+    slots: list[str]
+    gate_parameters: int = 0
+    router: RouterSettings | None = None
+    gate_training: dict[str, Any] | None = None
+    routing_accuracy: dict[str, Any] | None = None
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+def reference(path_or_id: str, out: Path) -> str:
+    """A path relative to `out` when `path_or_id` is an existing path, else the id unchanged."""
+    if os.path.exists(path_or_id):
+        return os.path.relpath(os.path.realpath(path_or_id), os.path.realpath(out))
+    return path_or_id
+
+
+def resolve(ref: str, out: Path) -> str:
+    candidate = out / ref
+    return str(candidate) if not os.path.isabs(ref) and candidate.exists() else ref
+
+
+def spec_for(composition: Composition, base: str, out: Path, **extra: Any) -> CompositionSpec:
+    router = composition.router
+    return CompositionSpec(
+        model_name=extra.pop("model_name", None) or Path(out).resolve().name,
+        mode=composition.mode,
+        base=reference(base, out),
+        adapters=[AdapterRef(name=a.name, path=reference(a.path, out)) for a in composition.adapters],
+        capabilities=[CapabilitySlot(name=c.name, description=c.description, slot=i) for i, c in enumerate(composition.capabilities, 1)],
+        slots=composition.slot_names,
+        gate_parameters=composition.gate_parameter_count(),
+        router=RouterSettings(labels=router.labels, base_description=router.base_description, top_p=composition.top_p) if router else None,
+        **extra,
+    )
+
+
+def save_composed(composition: Composition, spec: CompositionSpec, out: str | Path) -> None:
+    """Write gates (moe) and then composition.json, each atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if composition.gates is not None:
+        tensors = {f"gates.{i}.{k}": v.detach().cpu().contiguous() for i, g in enumerate(composition.gates) for k, v in g.state_dict().items()}
+        tmp = out / f".{GATES_FILE}.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, out / GATES_FILE)
+    elif (out / GATES_FILE).exists():
+        (out / GATES_FILE).unlink()
+    write_json(out / SPEC_FILE, spec.model_dump(mode="json"))
+
+
+def read_spec(path: str | Path) -> CompositionSpec:
+    path = Path(path)
+    spec_path = path / SPEC_FILE
+    if not spec_path.is_file():
+        raise InputError(f"not a composed-model directory (no {SPEC_FILE})", path=str(path))
+    try:
+        spec = CompositionSpec.model_validate(read_json(spec_path))
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e), path=str(spec_path)) from None
+    if spec.format != FORMAT:
+        raise InputError(f"unknown format {spec.format!r} (expected {FORMAT!r})", path=str(spec_path))
+    if spec.mode not in MODES:
+        raise InputError(f"unknown mode {spec.mode!r}", path=str(spec_path))
+    return spec
+
+
+def load_base(base: str, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) of a base reference: a local HF checkpoint, a hub id or "tiny-agent"."""
+    from tracerl.models.local import load_model
+
+    return load_model(base, device=device, dtype=dtype)
+
+
+def load_composed(path: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Any:
+    """Load a composed-model directory: an HF causal LM with `model.tracerl_composition` set.
+
+    The result is used like any causal LM (`forward(input_ids, attention_mask=…,
+    past_key_values=…, use_cache=…)` → `.logits`, KV cache, `generate`); `model.tracerl_tokenizer`
+    is the base's tokenizer. Router/merge modes route a batch with
+    `composition.route_requests(conversations)` or per call with `routing_weights=`.
+    """
+    path = Path(path)
+    spec = read_spec(path)
+    model, tokenizer = load_base(resolve(spec.base, path), device=device, dtype=dtype)
+    adapters = [load_adapter(resolve(a.path, path), name=a.name) for a in spec.adapters]
+    capabilities = [Capability(name=c.name, description=c.description) for c in sorted(spec.capabilities, key=lambda c: c.slot)]
+    composition = compose(model, adapters, capabilities, mode=spec.mode)  # type: ignore[arg-type]
+    if composition.gates is not None:
+        gates_path = path / GATES_FILE
+        if not gates_path.is_file():
+            raise InputError(f"moe composition without {GATES_FILE}", path=str(path))
+        state = load_file(str(gates_path))
+        for i, gate in enumerate(composition.gates):
+            try:
+                gate.load_state_dict({k: state[f"gates.{i}.{k}"] for k in ("weight", "bias")})
+            except (KeyError, RuntimeError) as e:
+                raise InputError(f"gates do not fit the base model ({e})", path=str(gates_path)) from None
+    if spec.router is not None:
+        composition.router = TaskRouter(
+            model, tokenizer, capabilities, labels=spec.router.labels, base_description=spec.router.base_description,
+            template_kwargs=spec.template_kwargs,
+        )
+        composition.top_p = spec.router.top_p
+    model.tracerl_tokenizer = tokenizer
+    composition.spec = spec
+    return model

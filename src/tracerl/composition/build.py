@@ -1,0 +1,139 @@
+"""Step 4 end to end: adapters + base (+ rollouts) → a composed-model directory.
+
+1. Load the base and the adapters, check they fit, name the capabilities (from a
+   capabilities.json when given, else the adapter directory names).
+2. Split the labelled trajectories (each with `info["capability"]`) per capability into a
+   training part and a held-out part (seeded).
+3. moe: train the gates on the training part's successful trajectories.
+   router / merge: set up the zero-shot task router.
+4. Measure routing accuracy on the held-out prompts; write gates.safetensors and composition.json.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
+from tracerl.composition.adapters import LoRAAdapter, load_adapter
+from tracerl.composition.artifact import CompositionSpec, load_base, save_composed, spec_for
+from tracerl.composition.composed import MODES, Capability, Composition, compose
+from tracerl.composition.examples import examples_from_trajectories
+from tracerl.composition.router import TaskRouter
+from tracerl.composition.training import GateTrainingConfig, train_gates
+from tracerl.core.errors import InputError
+from tracerl.core.io import read_json, read_jsonl
+from tracerl.core.trajectory import Trajectory
+
+
+@dataclass
+class ComposeOptions:
+    mode: str = "moe"
+    capabilities_file: str | None = None
+    trajectories: list[str] = field(default_factory=list)
+    heldout_fraction: float = 0.2
+    gate: GateTrainingConfig = field(default_factory=GateTrainingConfig)
+    top_p: float = 0.9
+    labels: list[str] | None = None
+    model_name: str | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+
+def capabilities_for(adapters: list[LoRAAdapter], capabilities_file: str | None) -> list[Capability]:
+    """One Capability per adapter, in adapter order. A capabilities.json (selection's, or a plain
+    list of {name, description}) must name every adapter, and its selected capabilities must all
+    have one."""
+    if capabilities_file is None:
+        return [Capability(name=a.name, description=a.name.replace("_", " ")) for a in adapters]
+    data = read_json(capabilities_file)
+    entries = data.get("capabilities") if isinstance(data, dict) else data
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
+        raise InputError("expected a list of {name, description} (or {'capabilities': [...]})", path=capabilities_file)
+    by_name = {e["name"]: e for e in entries}
+    missing = [a.name for a in adapters if a.name not in by_name]
+    if missing:
+        raise InputError(f"the capability list does not match the adapters: no capability named {missing}", path=capabilities_file)
+    adapter_names = {a.name for a in adapters}
+    orphans = [e["name"] for e in entries if e.get("selected", True) and e["name"] not in adapter_names]
+    if orphans:
+        raise InputError(f"the capability list does not match the adapters: no adapter for {orphans}", path=capabilities_file)
+    return [Capability(name=a.name, description=str(by_name[a.name].get("description", ""))) for a in adapters]
+
+
+def split_heldout(trajectories: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
+    """Per capability, a seeded `fraction` of the trajectories (at least one when there are two) is held out."""
+    if not 0.0 <= fraction < 1.0:
+        raise InputError(f"heldout fraction must be in [0, 1), got {fraction}")
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(str(t.info.get("capability")), []).append(t)
+    train, heldout = [], []
+    rng = random.Random(seed)
+    for name in sorted(groups):
+        items = list(groups[name])
+        rng.shuffle(items)
+        k = round(len(items) * fraction)
+        if fraction > 0 and k == 0 and len(items) >= 2:
+            k = 1
+        heldout += items[:k]
+        train += items[k:]
+    return train, heldout
+
+
+def load_trajectories(paths: list[str], known: list[str]) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    for path in paths:
+        for t in read_jsonl(path, Trajectory):
+            capability = t.info.get("capability")
+            if capability not in known:
+                raise InputError(f"trajectory {t.task_id}: info.capability {capability!r} is not one of {known}", path=path)
+            out.append(t)
+    return out
+
+
+def build_composition(
+    adapter_dirs: list[str],
+    base: str,
+    out: str | Path,
+    options: ComposeOptions,
+    *,
+    on_gate_log: Callable[[dict], None] | None = None,
+    loaded_base: tuple[Any, Any] | None = None,
+) -> CompositionSpec:
+    """Compose, train/measure, write `out`; returns the written composition.json contents."""
+    if options.mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
+    if not adapter_dirs:
+        raise InputError("give at least one adapter directory")
+    adapters = [load_adapter(d) for d in adapter_dirs]
+    capabilities = capabilities_for(adapters, options.capabilities_file)
+    trajectories = load_trajectories(options.trajectories, [c.name for c in capabilities])
+    model, tokenizer = loaded_base if loaded_base is not None else load_base(base)
+    composition = compose(model, adapters, capabilities, mode=options.mode, base_ref=base, seed=options.seed)  # type: ignore[arg-type]
+    if options.mode != "moe":
+        composition.router = TaskRouter(model, tokenizer, capabilities, labels=options.labels, template_kwargs=options.template_kwargs)
+        composition.top_p = options.top_p
+    train, heldout = split_heldout(trajectories, options.heldout_fraction, options.seed)
+    gate_summary = _train(composition, tokenizer, train, options, on_gate_log) if options.mode == "moe" else None
+    accuracy = routing_accuracy(composition, tokenizer, prompts_from_trajectories(heldout)) if heldout else None
+    spec = spec_for(
+        composition, base, Path(out), model_name=options.model_name, gate_training=gate_summary,
+        routing_accuracy=accuracy, template_kwargs=options.template_kwargs,
+    )
+    save_composed(composition, spec, out)
+    return spec
+
+
+def _train(composition: Composition, tokenizer, train: list[Trajectory], options: ComposeOptions, on_log) -> dict | None:
+    if not train:
+        return None
+    slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
+    examples = examples_from_trajectories(tokenizer, train, slot_of)
+    if not examples:
+        raise InputError("no successful training trajectories to train the gates on")
+    history = train_gates(composition, examples, options.gate, on_log=on_log)
+    return {"config": options.gate.model_dump(), "examples": len(examples), "final": history[-1] if history else None}

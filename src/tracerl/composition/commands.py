@@ -1,0 +1,82 @@
+"""`tracerl compose`: N capability adapters + base → a composed-model directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from tracerl.core.errors import InputError
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `tracerl` app."""
+
+    @app.command("compose")
+    def compose_command(
+        extra_adapters: list[str] = typer.Argument(None, metavar="[DIR]...", help="More adapter directories (so `--adapters A B C` works)."),
+        adapters: list[str] = typer.Option(None, "--adapters", help="PEFT LoRA adapter directories, one per capability."),
+        base: str = typer.Option(..., "--base", help="The base model the adapters were trained on (path, hub id or tiny-agent)."),
+        mode: str = typer.Option("moe", "--mode", help="moe (token-level gates) | router (task-level top-1) | merge (task-level top-p weighted merge)."),
+        out: Path = typer.Option(..., "--out", help="The composed-model directory to write."),
+        capabilities: str = typer.Option(None, "--capabilities", help="capabilities.json naming and describing the adapters' capabilities."),
+        trajectories: list[str] = typer.Option(None, "--trajectories", help="Rollout JSONL files with info.capability: gate training and held-out routing accuracy."),
+        heldout_fraction: float = typer.Option(0.2, help="Share of each capability's trajectories held out for routing accuracy."),
+        max_steps: int = typer.Option(100, help="Gate-training steps (moe)."),
+        learning_rate: float = typer.Option(1e-2, help="Gate learning rate (moe)."),
+        per_device_train_batch_size: int = typer.Option(8, help="Sequences per gate-training step (moe)."),
+        router_aux_loss_coef: float = typer.Option(0.001, help="λ_LB, the load-balancing loss weight (moe)."),
+        label_loss_coef: float = typer.Option(1.0, help="Weight of the label loss toward each trajectory's capability (moe)."),
+        top_p: float = typer.Option(0.9, help="merge mode: labels kept until their probability reaches top_p."),
+        labels: str = typer.Option(None, help="router/merge: comma-separated one-token labels, one per capability then base (default A,B,…)."),
+        name: str = typer.Option(None, help="Model name the composed model is served under (default: the --out folder's name)."),
+        seed: int = typer.Option(0, help="Seed of the held-out split, gate init and gate training."),
+        as_json: bool = typer.Option(False, "--json", help="Print composition.json to stdout."),
+    ) -> None:
+        """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
+        from tracerl.composition.build import ComposeOptions, build_composition
+        from tracerl.composition.training import GateTrainingConfig
+
+        dirs = list(adapters or []) + list(extra_adapters or [])
+        if not dirs:
+            raise InputError("give the adapters with --adapters DIR [DIR …]")
+        try:
+            gate = GateTrainingConfig(
+                learning_rate=learning_rate, max_steps=max_steps, per_device_train_batch_size=per_device_train_batch_size,
+                router_aux_loss_coef=router_aux_loss_coef, label_loss_coef=label_loss_coef, seed=seed,
+                logging_steps=max(1, max_steps // 20),
+            )
+        except ValueError as e:
+            raise InputError(f"bad gate-training option: {str(e).splitlines()[-1].strip()}") from None
+        options = ComposeOptions(
+            mode=mode, capabilities_file=capabilities, trajectories=list(trajectories or []), heldout_fraction=heldout_fraction,
+            gate=gate, top_p=top_p, labels=labels.split(",") if labels else None, model_name=name, seed=seed,
+        )
+        console = Console(stderr=True)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("training gates", total=max_steps, visible=mode == "moe" and bool(trajectories))
+
+            def on_log(record: dict) -> None:
+                progress.update(task, completed=record["step"], description=f"training gates (loss {record['loss']:.3f})")
+
+            spec = build_composition(dirs, base, out, options, on_gate_log=on_log)
+        if as_json:
+            typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
+            return
+        table = Table(title=f"composed {spec.model_name} ({spec.mode}) → {out}")
+        table.add_column("slot", justify="right")
+        table.add_column("capability")
+        table.add_column("adapter")
+        table.add_column("held-out routing accuracy", justify="right")
+        per = (spec.routing_accuracy or {}).get("per_capability", {})
+        table.add_row("0", "base", "—", "")
+        for c, a in zip(spec.capabilities, spec.adapters, strict=True):
+            acc = per.get(c.name)
+            table.add_row(str(c.slot), c.name, a.path, "—" if acc is None else f"{acc:.1%}")
+        console.print(table)
+        overall = (spec.routing_accuracy or {}).get("overall")
+        console.print(f"gate parameters: {spec.gate_parameters:,}   routing accuracy: {'not measured (no --trajectories)' if overall is None else f'{overall:.1%}'}")

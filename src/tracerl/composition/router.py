@@ -1,0 +1,112 @@
+"""Task-level routing (TRACE's Select & Adapt): the base model as a zero-shot classifier.
+
+The router shows the base model the capability descriptions, each under a one-token label
+(A, B, C, … and a last label for "the general assistant", i.e. no adapter), then the first user
+turn of the task, and reads the next-token probabilities of the label tokens at the start of the
+answer. Renormalised over the labels they are the weights α (batch, N+1), slot 0 = base:
+
+    α_s = p(label_s | prompt) / Σ_t p(label_t | prompt) = softmax(logits[label ids])_s
+
+`top1_weights` / `top_p_weights` (in `composed`) turn α into routing weights; `route_names`
+turns α into one adapter name per request for servers that hold one LoRA per request (vLLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Message
+
+ROUTER_SYSTEM = (
+    "You are a dispatcher. Read the customer's request and decide which specialist should handle it. "
+    "Answer with the specialist's letter only."
+)
+BASE_DESCRIPTION = "the general assistant: the request needs none of the specialists above"
+DEFAULT_LABELS = [chr(ord("A") + i) for i in range(26)]
+
+
+def first_user_text(conversation: list[Any]) -> str:
+    """The content of the first user turn of a conversation (Message objects or OpenAI dicts)."""
+    for m in conversation:
+        role = m.role if isinstance(m, Message) else m.get("role")
+        if role == "user":
+            content = m.content if isinstance(m, Message) else m.get("content")
+            return content or ""
+    raise InputError("a conversation to route has no user turn")
+
+
+class TaskRouter:
+    """Zero-shot classifier over capabilities with `model` (run it as the plain base model)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        capabilities: list[Any],
+        *,
+        labels: list[str] | None = None,
+        base_description: str = BASE_DESCRIPTION,
+        template_kwargs: dict[str, Any] | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.capabilities = capabilities
+        self.base_description = base_description
+        self.template_kwargs = dict(template_kwargs or {})
+        count = len(capabilities) + 1
+        labels = list(labels or DEFAULT_LABELS[:count])
+        if len(labels) != count:
+            raise InputError(f"the router needs {count} labels (one per capability plus base), got {len(labels)}")
+        self.labels = labels  # labels[i] for capability i (slot i+1); labels[-1] for base (slot 0)
+        ids = []
+        for label in labels:
+            encoded = list(tokenizer.encode(label, add_special_tokens=False))
+            if len(encoded) != 1 or encoded[0] == getattr(tokenizer, "unk_token_id", None):
+                raise InputError(f"router label {label!r} is not one token of the tokenizer; choose other labels")
+            ids.append(encoded[0])
+        if len(set(ids)) != len(ids):
+            raise InputError(f"router labels {labels} do not map to distinct tokens")
+        self.label_ids_by_slot = [ids[-1]] + ids[:-1]
+
+    def messages(self, request: str) -> list[dict[str, str]]:
+        """The classification conversation for one request (the answer follows the generation prompt)."""
+        options = [f"{label}: {c.name} — {c.description}".rstrip(" —") for label, c in zip(self.labels, self.capabilities)]
+        options.append(f"{self.labels[-1]}: {self.base_description}")
+        user = "Specialists:\n" + "\n".join(options) + f"\n\nRequest:\n{request}\n\nWhich specialist? Answer with one letter."
+        return [{"role": "system", "content": ROUTER_SYSTEM}, {"role": "user", "content": user}]
+
+    def prompt_ids(self, request: str) -> list[int]:
+        messages = self.messages(request)
+        if getattr(self.tokenizer, "chat_template", None):
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **self.template_kwargs)
+        else:
+            text = "\n\n".join(m["content"] for m in messages) + "\n\nAnswer: "
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    @torch.no_grad()
+    def label_logits(self, requests: list[str]) -> torch.Tensor:
+        """Next-token logits of the label tokens after each request's prompt, (batch, N+1) in slot order."""
+        prompts = [self.prompt_ids(r) for r in requests]
+        width = max(len(p) for p in prompts)
+        device = next(self.model.parameters()).device
+        ids = torch.zeros((len(prompts), width), dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for row, p in enumerate(prompts):
+            ids[row, : len(p)] = torch.tensor(p)
+            attention[row, : len(p)] = 1
+        logits = self.model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits
+        last = torch.tensor([len(p) - 1 for p in prompts], device=device)
+        at_answer = logits[torch.arange(len(prompts), device=device), last].float()
+        return at_answer[:, self.label_ids_by_slot]
+
+    def alphas(self, conversations: list[list[Any]]) -> torch.Tensor:
+        """α (batch, N+1): the label probabilities renormalised over the labels; slot 0 = base."""
+        return self.label_logits([first_user_text(c) for c in conversations]).softmax(dim=-1)
+
+
+def route_names(alpha: torch.Tensor, slot_names: list[str]) -> list[str | None]:
+    """The top-1 adapter name per row for one-LoRA-per-request servers (None = the base model)."""
+    return [None if int(s) == 0 else slot_names[int(s)] for s in alpha.argmax(dim=-1)]
