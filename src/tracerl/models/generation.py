@@ -1,0 +1,199 @@
+"""Batched sampling with a KV cache over any Hugging Face-style causal LM, one set of parameters per row.
+
+`generate(model, requests)` left-pads the prompts, runs one prefill and then one forward per new
+token with `past_key_values`, and samples every row with its own temperature, top-p, token
+budget, stop tokens and `torch.Generator` — so a row's tokens do not depend on which other rows
+share its batch (up to floating-point differences of batched kernels). Rows that finish are
+dropped from the batch and the cache.
+
+The model only needs the HF causal-LM call `model(input_ids=, attention_mask=, position_ids=,
+past_key_values=, use_cache=True, **extra) -> output with .logits and .past_key_values` (or, as
+transformers ≥ 5.2x names it, `cache=` / `.cache`: whichever the forward signature has; a
+`logits_to_keep` parameter is used when present) — any `AutoModelForCausalLM`, a
+`peft.PeftModel`, or a composed model that mimics them. The cache object must be a
+transformers `Cache` (it needs `batch_select_indices`).
+
+Log-probabilities (`GenerationResult.logprobs`): the convention of vLLM's `--logprobs-mode`.
+- `raw_logprobs` (vLLM's default): `log_softmax(logits)[token]` of the model's unmodified logits,
+  whatever the temperature and top-p. Equal to the sampling distribution's log-prob only at
+  temperature 1 and top-p 1.
+- `processed_logprobs`: the log-prob under the distribution actually sampled from —
+  `log_softmax(top_p_filter(logits / T))[token]` (T = 0, greedy: the raw log-softmax).
+A GRPO trainer that scores tokens with `log_softmax(logits / T)` (as TRL does) gets ratios of
+exactly 1 at the first step with `processed_logprobs` and top-p 1, at any T; with
+`raw_logprobs` only at T = 1. Pair the local backend and `vllm serve --logprobs-mode …` on the
+same mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
+
+
+@dataclass
+class GenerationRequest:
+    prompt_ids: list[int]
+    max_new_tokens: int = 256
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    stop_ids: Sequence[int] = ()
+    generator: torch.Generator | None = None
+    extra: Any = None  # routing key for `forward_kwargs` (e.g. an adapter name)
+    top_logprobs: int = 0  # also return the k most likely tokens per step (OpenAI `logprobs=k`)
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: Literal["stop", "length"] = "length"
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+
+
+def generate(
+    model: torch.nn.Module,
+    requests: list[GenerationRequest],
+    *,
+    pad_id: int = 0,
+    logprobs_mode: LogprobsMode = "raw_logprobs",
+    forward_kwargs: Callable[[list[Any]], dict[str, Any]] | None = None,
+    device: torch.device | str | None = None,
+) -> list[GenerationResult]:
+    """Sample a continuation for every request in one batch. `forward_kwargs(extras)` adds per-batch
+    keyword arguments to each forward call (e.g. PEFT's `adapter_names`) for the rows still running."""
+    if not requests:
+        return []
+    if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
+        raise ValueError(f"unknown logprobs_mode '{logprobs_mode}'")
+    device = torch.device(device) if device is not None else _device_of(model)
+    results = [GenerationResult() for _ in requests]
+    alive = [i for i, r in enumerate(requests) if r.max_new_tokens > 0]
+    if not alive:
+        return results
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs, device)
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs, device) -> None:
+    prompts = [requests[i].prompt_ids for i in alive]
+    width = max(len(p) for p in prompts)
+    input_ids = torch.full((len(alive), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(alive), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if not prompt:
+            raise ValueError("empty prompt")
+        input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        attention[row, width - len(prompt):] = 1
+    input_ids, attention = input_ids.to(device), attention.to(device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = None
+    step_input = input_ids
+    step_positions = positions
+    cache_name, keep_last = _forward_signature(model)
+    while alive:
+        extra = forward_kwargs([requests[i].extra for i in alive]) if forward_kwargs else {}
+        if keep_last:
+            extra["logits_to_keep"] = 1
+        out = model(
+            input_ids=step_input,
+            attention_mask=attention,
+            position_ids=step_positions,
+            use_cache=True,
+            **{cache_name: cache},
+            **extra,
+        )
+        cache = getattr(out, cache_name)
+        logits = out.logits[:, -1, :].float()
+        tokens = []
+        keep = []
+        for row, i in enumerate(alive):
+            req, res = requests[i], results[i]
+            token, logprob, top = _sample_row(logits[row], req, logprobs_mode)
+            res.token_ids.append(token)
+            res.logprobs.append(logprob)
+            if req.top_logprobs:
+                res.top_logprobs.append(top)
+            if token in req.stop_ids:
+                res.finish_reason = "stop"
+            elif len(res.token_ids) >= req.max_new_tokens:
+                res.finish_reason = "length"
+            else:
+                keep.append(row)
+            tokens.append(token)
+        if not keep:
+            break
+        next_tokens = torch.tensor(tokens, dtype=torch.long, device=device).unsqueeze(1)
+        if len(keep) < len(alive):
+            index = torch.tensor(keep, dtype=torch.long, device=device)
+            cache.batch_select_indices(index)
+            attention = attention.index_select(0, index)
+            next_tokens = next_tokens.index_select(0, index)
+            step_positions = step_positions.index_select(0, index)
+            alive = [alive[r] for r in keep]
+        attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+        step_positions = step_positions[:, -1:] + 1
+        step_input = next_tokens
+
+
+def _sample_row(logits: torch.Tensor, req: GenerationRequest, mode: LogprobsMode) -> tuple[int, float, list[tuple[int, float]]]:
+    raw = F.log_softmax(logits, dim=-1)
+    if req.temperature <= 0:
+        token = int(torch.argmax(logits))
+        processed = raw
+    else:
+        scaled = logits / req.temperature
+        if req.top_p < 1.0:
+            scaled = top_p_filter(scaled, req.top_p)
+        processed = F.log_softmax(scaled, dim=-1)
+        token = int(torch.multinomial(processed.exp(), 1, generator=req.generator))
+    dist = raw if mode == "raw_logprobs" else processed
+    top: list[tuple[int, float]] = []
+    if req.top_logprobs:
+        values, ids = torch.topk(dist, min(req.top_logprobs, dist.numel()))
+        top = [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist(), strict=True)]
+    return token, float(dist[token]), top
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose probability reaches `top_p`; -inf elsewhere.
+
+    The most likely token is always kept. Ties at the boundary are cut by sort order.
+    """
+    sorted_logits, order = torch.sort(logits, descending=True)
+    probs = F.softmax(sorted_logits, dim=-1)
+    before = probs.cumsum(-1) - probs  # mass of the strictly more likely tokens
+    drop_sorted = before >= top_p
+    drop_sorted[0] = False
+    drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _forward_signature(model: torch.nn.Module) -> tuple[str, bool]:
+    """Which keyword carries the KV cache ("cache" in transformers ≥ 5.2x, else "past_key_values"),
+    and whether the forward takes `logits_to_keep` (then the prefill computes only the last logits)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(inner.forward).parameters
+    cache_name = "cache" if "cache" in params else "past_key_values"
+    return cache_name, "logits_to_keep" in params
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")

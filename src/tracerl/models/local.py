@@ -1,0 +1,240 @@
+"""The local policy backend: a Hugging Face causal LM (optionally with PEFT LoRA adapters) in-process.
+
+    model, tokenizer = load_model("path/or/hub-name")           # or the embedded tiny agent
+    policy = LocalPolicy(model, tokenizer, temperature=0.7, seed=0)
+    policy.load_adapter("precondition", "adapters/precondition")  # a PEFT directory
+    replies = policy.act(sessions)    # session.adapter picks the adapter per row; None = base
+
+Adapters are PEFT LoRA adapters held by name inside one `PeftModel`; a batch may mix them (PEFT's
+mixed-batch `adapter_names`), the base model being `None`. A trainer can instead hand over the
+`PeftModel` it is training: sampling reads its current weights (eval mode and no grad during
+generation, the previous mode restored after). Any other module with the HF causal-LM forward
+(a composed model) can serve named routes: `LocalPolicy(model, tok, routes={"composed": module})`;
+sessions whose adapter names a route are batched through that module.
+
+Sampling: temperature (0 = greedy), top-p, `max_new_tokens`, one `torch.Generator` per session
+seeded from (policy seed, session number) — reruns with the same seed and the same call order
+give the same episodes. Log-probs follow `logprobs_mode` (see `tracerl.models.generation`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Message
+from tracerl.core.policy import Session
+from tracerl.models.chat import ChatFormat, ChatState
+from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
+
+BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
+
+
+def load_model(path_or_name: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) via `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`, in eval mode.
+
+    `path_or_name` "tiny-agent" (or "tiny") is the embedded agent shipped in the package. A PEFT
+    adapter directory loads its base model (from `adapter_config.json`) with the adapter attached
+    under the name "default". Errors (missing path, not a model) are `InputError`s.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(path_or_name)
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    adapter_config = Path(path) / "adapter_config.json"
+    try:
+        if adapter_config.exists():
+            from peft import PeftConfig, PeftModel
+
+            base_path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
+            base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+            model = PeftModel.from_pretrained(base, path, adapter_name="default")
+            tokenizer = AutoTokenizer.from_pretrained(base_path)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"cannot load a causal LM from '{path_or_name}': {str(e).splitlines()[0]}") from None
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def resolve_model_path(path_or_name: str | Path) -> str:
+    """The embedded agent's directory for "tiny-agent"/"tiny"; otherwise the argument unchanged."""
+    if str(path_or_name) in ("tiny-agent", "tiny", "tiny_agent"):
+        from tracerl.models.tiny_agent import TINY_AGENT_DIR
+
+        return str(TINY_AGENT_DIR)
+    return str(path_or_name)
+
+
+class LocalPolicy:
+    """`tracerl.core.policy.Policy` over an in-process causal LM. See the module docstring."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        seed: int = 0,
+        logprobs_mode: LogprobsMode = "raw_logprobs",
+        routes: dict[str, torch.nn.Module] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        max_batch_size: int = 64,
+        name: str = "model",
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.chat = ChatFormat(tokenizer, template_kwargs=template_kwargs)
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_new_tokens = max_new_tokens
+        self.seed = seed
+        self.logprobs_mode = logprobs_mode
+        self.routes = dict(routes or {})
+        self.max_batch_size = max_batch_size
+        self.name = name
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.chat.end_of_turn_id
+        self.max_context = context_length(model)
+        self._sessions_seen = 0
+
+    # --- adapters -------------------------------------------------------------------------
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the LoRA adapters held by the model, plus the routes."""
+        names = list(getattr(self.model, "peft_config", {}) or {})
+        return sorted(set(names) | set(self.routes))
+
+    def load_adapter(self, name: str, path: str | Path) -> None:
+        """Load (or replace) the PEFT LoRA adapter `name` from a PEFT directory."""
+        from peft import PeftModel
+
+        if name == BASE or name in self.routes:
+            raise InputError(f"adapter name '{name}' is reserved")
+        if not (Path(path) / "adapter_config.json").exists():
+            raise InputError(f"not a PEFT adapter directory (no adapter_config.json): {path}")
+        if isinstance(self.model, PeftModel):
+            if name in self.model.peft_config:
+                self.unload_adapter(name)
+            self.model.load_adapter(str(path), adapter_name=name)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
+        self.model.eval()
+
+    def unload_adapter(self, name: str) -> None:
+        """Remove adapter `name` (the base weights are untouched)."""
+        if name in self.routes:
+            del self.routes[name]
+            return
+        if name not in self.adapters:
+            raise InputError(f"unknown adapter '{name}'")
+        peft_model = self.model
+        if len(peft_model.peft_config) == 1:  # PEFT cannot delete the last adapter: drop the wrapper
+            self.model = peft_model.unload()
+            return
+        if name in peft_model.active_adapters:
+            other = next(a for a in peft_model.peft_config if a != name)
+            peft_model.set_adapter(other)
+        peft_model.delete_adapter(name)
+
+    def set_adapter_weights(self, name: str, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy LoRA weights (a PEFT adapter state dict, as `get_peft_model_state_dict` returns) into
+        adapter `name` in place — for a trainer that keeps its own copy of the adapter."""
+        from peft import set_peft_model_state_dict
+
+        if name not in getattr(self.model, "peft_config", {}):
+            raise InputError(f"unknown adapter '{name}'")
+        result = set_peft_model_state_dict(self.model, state_dict, adapter_name=name)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"adapter '{name}': unexpected keys {unexpected[:3]}")
+
+    # --- policy ---------------------------------------------------------------------------
+    def act(self, sessions: list[Session]) -> list[Message]:
+        prompts = [self.chat.prepare(s) for s in sessions]
+        replies: list[Message | None] = [None] * len(sessions)
+        requests: list[GenerationRequest | None] = []
+        for s, ids in zip(sessions, prompts, strict=True):
+            self._check_adapter(s.adapter)
+            budget = min(self.max_new_tokens, self.max_context - len(ids))
+            requests.append(self._request(s, ids, budget) if budget > 0 else None)
+        results = self.generate_requests([r for r in requests if r is not None])
+        it = iter(results)
+        for k, (s, req) in enumerate(zip(sessions, requests, strict=True)):
+            if req is None:  # context full: an empty reply; the record says why
+                s.info["context_overflow"] = True
+                s.state.messages_recorded = len(s.messages) + 1
+                replies[k] = Message.assistant(content="")
+                continue
+            res = next(it)
+            replies[k] = self.chat.record(s, res.token_ids, res.logprobs).message
+        return [r for r in replies if r is not None]
+
+    def generate_requests(self, requests: list[GenerationRequest]) -> list:
+        """Run requests (their `extra` = adapter/route name or None) grouped by backing module."""
+        results: list = [None] * len(requests)
+        groups: dict[str | None, list[int]] = {}
+        for i, r in enumerate(requests):
+            key = r.extra if r.extra in self.routes else None
+            groups.setdefault(key, []).append(i)
+        for key, index in groups.items():
+            module = self.routes[key] if key is not None else self.model
+            kwargs = None if key is not None else self._adapter_kwargs()
+            for start in range(0, len(index), self.max_batch_size):
+                chunk = index[start:start + self.max_batch_size]
+                out = generate(module, [requests[i] for i in chunk], pad_id=self.pad_id,
+                               logprobs_mode=self.logprobs_mode, forward_kwargs=kwargs)
+                for i, res in zip(chunk, out, strict=True):
+                    results[i] = res
+        return results
+
+    def _adapter_kwargs(self):
+        if not getattr(self.model, "peft_config", None):
+            return None
+
+        def kwargs(extras: list[Any]) -> dict[str, Any]:
+            return {"adapter_names": [e if e is not None else BASE for e in extras]}
+
+        return kwargs
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter is not None and adapter not in self.adapters:
+            raise InputError(f"unknown adapter '{adapter}' (loaded: {', '.join(self.adapters) or 'none'})")
+
+    def _request(self, session: Session, ids: list[int], budget: int) -> GenerationRequest:
+        state: ChatState = session.state
+        gen = state.extra.get("generator")
+        if gen is None:
+            gen = torch.Generator(device=_device(self.model))
+            gen.manual_seed(session_seed(self.seed, self._sessions_seen))
+            self._sessions_seen += 1
+            state.extra["generator"] = gen
+        return GenerationRequest(
+            prompt_ids=ids, max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p,
+            stop_ids=self.chat.stop_ids, generator=gen, extra=session.adapter,
+        )
+
+
+def session_seed(seed: int, index: int) -> int:
+    """A 63-bit seed for session `index` of a policy seeded with `seed` (NumPy's SeedSequence)."""
+    return int(np.random.SeedSequence([int(seed) & (2**63 - 1), index]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def context_length(model: torch.nn.Module) -> int:
+    config = getattr(model, "config", None)
+    return int(getattr(config, "max_position_embeddings", None) or 1 << 30)
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
