@@ -1,0 +1,215 @@
+"""The report's figures, drawn with matplotlib's Agg canvas (no display, no global pyplot state).
+
+Each function takes already-validated report data and returns PNG bytes; same data ⇒ same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import matplotlib
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from tracerl.evaluation.report_data import CalibrationFile, CapabilitiesFile, EvalFile, TrainingCurve
+
+COLORS = {
+    "base": "#868e96",
+    "prompt_capabilities": "#2f9e44",
+    "grpo_target": "#1971c2",
+    "adapter": "#b197fc",
+    "trace_router": "#f08c00",
+    "trace_moe": "#e8590c",
+    "accent": "#e8590c",
+    "muted": "#ced4da",
+    "ink": "#343a40",
+}
+STYLE = {
+    "font.size": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.edgecolor": "#adb5bd",
+    "axes.labelcolor": COLORS["ink"],
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.grid": True,
+    "grid.color": "#e9ecef",
+    "grid.linewidth": 0.8,
+    "xtick.color": "#495057",
+    "ytick.color": "#495057",
+    "legend.frameon": False,
+    "svg.hashsalt": "tracerl",
+}
+DPI = 110
+
+
+def variant_color(variant: str) -> str:
+    return COLORS["adapter"] if variant.startswith("adapter:") else COLORS.get(variant, COLORS["muted"])
+
+
+@contextmanager
+def _figure(width: float, height: float) -> Iterator[Figure]:
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(width, height), dpi=DPI)
+        FigureCanvasAgg(fig)
+        yield fig
+
+
+def _png(fig: Figure) -> bytes:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None}, facecolor="white")
+    return buf.getvalue()
+
+
+def capability_plot(caps: CapabilitiesFile) -> bytes:
+    """Coverage vs contrastive gap per candidate, with the selection thresholds ρ and δ."""
+    with _figure(6.4, 4.2) as fig:
+        ax = fig.add_subplot()
+        for c in caps.capabilities:
+            color = COLORS["accent"] if c.selected else COLORS["base"]
+            ax.errorbar(c.mean_cov, c.mean_delta, xerr=c.std_cov, yerr=c.std_delta, fmt="o", ms=7,
+                        color=color, ecolor=color, alpha=0.9, elinewidth=1, capsize=2)
+            ax.annotate(c.name, (c.mean_cov, c.mean_delta), textcoords="offset points", xytext=(6, 5),
+                        fontsize=8, color=COLORS["ink"])
+        if "rho" in caps.params:
+            ax.axvline(caps.params["rho"], color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
+        if "delta" in caps.params:
+            ax.axhline(caps.params["delta"], color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
+        ax.plot([], [], "o", color=COLORS["accent"], label="selected")
+        ax.plot([], [], "o", color=COLORS["base"], label="not selected")
+        ax.plot([], [], "--", color=COLORS["ink"], alpha=0.6, label="thresholds ρ, δ")
+        ax.set_xlabel("coverage Cov (share of failures lacking it)")
+        ax.set_ylabel("contrastive gap Δ = ER− − ER+")
+        ax.set_title("Candidate capabilities (mean ± std over labelling runs)")
+        ax.legend(loc="best", fontsize=8)
+        return _png(fig)
+
+
+def calibration_plot(calibration: dict[str, CalibrationFile]) -> bytes | None:
+    """Per environment: mean reward and success rate; pass@k against k. None when there is nothing to draw."""
+    names = list(calibration)
+    has_rates = any(c.mean_reward is not None or c.success_rate is not None for c in calibration.values())
+    has_pass_k = any(c.pass_at_k for c in calibration.values())
+    if not names or not (has_rates or has_pass_k):
+        return None
+    panels = int(has_rates) + int(has_pass_k)
+    with _figure(5.2 * panels, 3.6) as fig:
+        axes = fig.subplots(1, panels, squeeze=False)[0]
+        i = 0
+        if has_rates:
+            ax = axes[i]
+            i += 1
+            xs = range(len(names))
+            width = 0.38
+            mean = [c.mean_reward or 0.0 for c in calibration.values()]
+            success = [c.success_rate or 0.0 for c in calibration.values()]
+            ax.bar([x - width / 2 for x in xs], mean, width, color=COLORS["grpo_target"], label="mean reward")
+            ax.bar([x + width / 2 for x in xs], success, width, color=COLORS["accent"], label="success rate")
+            ax.set_xticks(list(xs), [_short(n) for n in names], rotation=20, ha="right", fontsize=8)
+            ax.set_ylim(0, 1)
+            ax.set_title("Base agent on each environment")
+            ax.legend(fontsize=8)
+        if has_pass_k:
+            ax = axes[i]
+            for name, c in calibration.items():
+                if c.pass_at_k:
+                    ks = [int(k) for k in c.pass_at_k]
+                    ax.plot(ks, list(c.pass_at_k.values()), "o-", ms=4, label=_short(name))
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("k (samples)")
+            ax.set_ylabel("pass@k")
+            ax.set_ylim(0, 1.02)
+            ax.set_title("pass@k at calibration")
+            ax.legend(fontsize=8)
+        return _png(fig)
+
+
+def training_plot(curve: TrainingCurve) -> bytes:
+    """Group reward and success against rollouts consumed, with held-out success where measured."""
+    with _figure(5.2, 3.3) as fig:
+        ax = fig.add_subplot()
+        x = [r.rollouts for r in curve.rows]
+        reward = [(r.rollouts, r.reward_mean) for r in curve.rows if r.reward_mean is not None]
+        success = [(r.rollouts, r.success_rate) for r in curve.rows if r.success_rate is not None]
+        evals = [(r.rollouts, r.eval_success) for r in curve.rows if r.eval_success is not None]
+        if reward:
+            ax.plot(*zip(*reward), color=COLORS["grpo_target"], lw=1.6, label="train reward (mean)")
+        if success:
+            ax.plot(*zip(*success), color=COLORS["muted"], lw=1.4, label="train success")
+        if evals:
+            ax.plot(*zip(*evals), "o-", color=COLORS["accent"], ms=5, lw=1.6, label="held-out success")
+        ax.set_xlim(min(x), max(max(x), min(x) + 1))
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("rollouts consumed")
+        ax.set_title(curve.name)
+        ax.legend(fontsize=8, loc="lower right")
+        return _png(fig)
+
+
+def evaluation_plot(evaluation: dict[str, EvalFile]) -> bytes:
+    """pass^1 per variant with its 95% interval; paired difference against base with its interval."""
+    names = list(evaluation)
+    diffs = [(n, e.diff_vs_base) for n, e in evaluation.items() if e.diff_vs_base is not None and n != "base"]
+    panels = 2 if diffs else 1
+    height = max(2.6, 0.42 * len(names) + 1.2)
+    with _figure(5.6 * panels, height) as fig:
+        axes = fig.subplots(1, panels, squeeze=False)[0]
+        ax = axes[0]
+        ys = list(range(len(names)))[::-1]
+        for y, name in zip(ys, names, strict=True):
+            p = evaluation[name].pass1
+            ax.barh(y, p.mean * 100, color=variant_color(name), height=0.64)
+            ax.errorbar(p.mean * 100, y, xerr=[[(p.mean - p.low) * 100], [(p.high - p.mean) * 100]],
+                        fmt="none", ecolor=COLORS["ink"], capsize=3, lw=1)
+            ax.text(p.high * 100 + 1, y, f"{p.mean * 100:.1f}", va="center", fontsize=8, color=COLORS["ink"])
+        ax.set_yticks(ys, names, fontsize=9)
+        ax.set_xlim(0, 105)
+        ax.set_xlabel("pass^1 on held-out test tasks, % (95% bootstrap interval)")
+        ax.set_title("Evaluation")
+        ax.grid(axis="y", visible=False)
+        if diffs:
+            ax = axes[1]
+            ys = list(range(len(diffs)))[::-1]
+            for y, (name, d) in zip(ys, diffs, strict=True):
+                ax.errorbar(d.mean * 100, y, xerr=[[(d.mean - d.low) * 100], [(d.high - d.mean) * 100]],
+                            fmt="o", ms=7, color=variant_color(name), ecolor=COLORS["ink"], capsize=3, lw=1)
+            ax.axvline(0, color=COLORS["ink"], lw=1)
+            ax.set_yticks(ys, [n for n, _ in diffs], fontsize=9)
+            ax.set_xlabel("paired difference vs base, points (95% interval)")
+            ax.set_title("Gain over base")
+            ax.grid(axis="y", visible=False)
+        return _png(fig)
+
+
+def sample_efficiency_plot(series: dict, base_pass1: float | None) -> bytes:
+    """Target pass rate against rollouts consumed: TRACE vs GRPO on the target (and single adapters)."""
+    with _figure(6.4, 4.0) as fig:
+        ax = fig.add_subplot()
+        if base_pass1 is not None:
+            ax.axhline(base_pass1 * 100, color=COLORS["base"], ls=":", lw=1.2, label="base")
+        grpo = series.get("grpo_target") or []
+        trace = series.get("trace") or []
+        adapters = series.get("adapters") or []
+        if grpo:
+            ax.plot([p[0] for p in grpo], [p[1] * 100 for p in grpo], "s-", color=COLORS["grpo_target"],
+                    ms=5, lw=1.8, label="GRPO on target")
+        if adapters:
+            ax.plot([p[0] for p in adapters], [p[1] * 100 for p in adapters], "D", color=COLORS["adapter"],
+                    ms=6, ls="none", label="single adapter")
+        if trace:
+            ax.plot([p[0] for p in trace], [p[1] * 100 for p in trace], "o-", color=COLORS["accent"],
+                    ms=7, lw=2.4, label="TRACE")
+            ax.axvline(trace[-1][0], color=COLORS["accent"], ls="--", lw=0.8, alpha=0.5)
+        ax.set_xlabel("rollouts consumed (all adapters + gate training for TRACE)")
+        ax.set_ylabel("target pass^1, %")
+        ax.set_ylim(0, 100)
+        ax.set_title("Sample efficiency")
+        ax.legend(fontsize=8, loc="best")
+        return _png(fig)
+
+
+def _short(name: str, limit: int = 22) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"

@@ -1,0 +1,59 @@
+"""`tracerl report --workspace DIR [--open] [--json]`: the HTML report of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def report(
+    workspace: Path = typer.Option(..., "--workspace", "-w", help="The run's workspace folder."),
+    open_browser: bool = typer.Option(False, "--open", help="Open the report in a web browser."),
+    as_json: bool = typer.Option(False, "--json", help="Print report.json on stdout instead of a table."),
+) -> None:
+    """Write <workspace>/report/index.html (self-contained), its PNG figures and report.json."""
+    import webbrowser
+
+    from rich.console import Console
+
+    from tracerl.evaluation.report import build_report
+
+    result = build_report(workspace)
+    if as_json:
+        typer.echo(json.dumps(result.summary, indent=2, ensure_ascii=False))
+    else:
+        print_headline(result.summary, Console())
+    err = Console(stderr=True)
+    err.print(f"report: {result.html_path}", highlight=False, soft_wrap=True)
+    if open_browser and not webbrowser.open(result.html_path.resolve().as_uri()):
+        err.print("could not start a web browser; open the file above by hand", highlight=False)
+
+
+def print_headline(summary: dict, console) -> None:
+    """A rich table of the evaluation (pass^1 with interval, difference vs base, rollouts) and what is missing."""
+    from rich.table import Table
+
+    evaluation = summary.get("evaluation") or {}
+    if evaluation:
+        table = Table(title="Evaluation on held-out test tasks")
+        for column in ("variant", "pass^1", "95% CI", "vs base", "rollouts"):
+            table.add_column(column, justify="left" if column == "variant" else "right")
+        trace = (summary.get("headline") or {}).get("trace") or {}
+        for name, e in evaluation.items():
+            p, d = e["pass1"], e["diff_vs_base"]
+            style = "bold" if name == trace.get("variant") else None
+            table.add_row(name, f"{p['mean'] * 100:.1f}%", f"[{p['low'] * 100:.1f}, {p['high'] * 100:.1f}]",
+                          f"{d['mean'] * 100:+.1f}" if d and name != "base" else "—",
+                          f"{e['rollouts_used']:,}", style=style)
+        console.print(table)
+    if summary.get("routing_accuracy") is not None:
+        console.print(f"routing accuracy: {summary['routing_accuracy'] * 100:.1f}%")
+    for section, why in (summary.get("missing") or {}).items():
+        console.print(f"[dim]{section}: {why}[/]", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tracerl report` to the app."""
+    app.command("report")(report)

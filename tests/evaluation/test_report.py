@@ -1,0 +1,418 @@
+"""`tracerl report` on a small but complete fake workspace (every stage's files), and on broken ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import webbrowser
+from pathlib import Path
+
+import pytest
+
+from tracerl.cli import main
+from tracerl.core.io import write_json, write_jsonl
+from tracerl.core.messages import Message, ToolCall
+from tracerl.core.tools import ToolSchema
+from tracerl.core.trajectory import Trajectory
+from tracerl.evaluation.report_data import pick_examples
+from tracerl.evaluation.stats import bootstrap_mean, paired_difference
+
+CAPABILITIES = ["precondition_verification", "structured_data_reasoning", "tool_calling_precision"]
+TASKS = [f"test_{i}" for i in range(1, 13)]
+# Which test tasks each variant passes (one greedy trial per task).
+PASSES = {
+    "base": {"test_1", "test_3", "test_5", "test_7"},
+    "prompt_capabilities": {"test_1", "test_3", "test_5", "test_7", "test_9"},
+    "grpo_target": {"test_1", "test_3", "test_5", "test_7", "test_11"},
+    "adapter:precondition_verification": {"test_1", "test_3", "test_5", "test_7", "test_2"},
+    "adapter:structured_data_reasoning": {"test_1", "test_3", "test_5", "test_7"},
+    "adapter:tool_calling_precision": {"test_1", "test_3", "test_5", "test_10"},
+    "trace_router": {"test_1", "test_3", "test_5", "test_7", "test_2", "test_11"},
+    "trace_moe": {"test_1", "test_3", "test_5", "test_7", "test_2", "test_10", "test_11"},
+}
+ROLLOUTS = {"base": 0, "prompt_capabilities": 0, "grpo_target": 2120, "trace_router": 1920, "trace_moe": 2120,
+            **{f"adapter:{c}": 640 for c in CAPABILITIES}}
+TOOLS = [
+    ToolSchema(name="get_reservation_details", kind="read",
+               parameters={"type": "object", "properties": {"reservation_id": {"type": "string"}}}),
+    ToolSchema(name="cancel_reservation", kind="write",
+               parameters={"type": "object", "properties": {"reservation_id": {"type": "string"}}}),
+]
+SYSTEM = "You are an airline customer service agent. Follow the policy. " * 20
+
+
+def episode(task_id: str, passed: bool, *, tool_text: str | None = None) -> Trajectory:
+    """A τ²-style airline episode: the passing agent checks the reservation before cancelling."""
+    rid = f"R{task_id.split('_')[1].zfill(5)}"
+    details = tool_text or json.dumps({"reservation_id": rid, "cabin": "economy", "insurance": "no",
+                                       "created_at": "2024-05-01T10:00:00", "flights": [{"origin": "SFO"}]})
+    messages = [Message.system(SYSTEM), Message.user(f"Hi, please cancel my reservation {rid}.")]
+    if passed:
+        messages += [
+            Message.assistant(tool_calls=[ToolCall.make("get_reservation_details", {"reservation_id": rid}, "c1")]),
+            Message.tool(details, "c1", "get_reservation_details"),
+            Message.assistant("Your booking was made within 24 hours, so it can be cancelled. Shall I proceed?"),
+            Message.user("Yes please."),
+            Message.assistant(tool_calls=[ToolCall.make("cancel_reservation", {"reservation_id": rid}, "c2")]),
+            Message.tool(json.dumps({"status": "cancelled"}), "c2", "cancel_reservation"),
+            Message.assistant("Done: reservation cancelled, refund in 5-7 days."),
+        ]
+    else:
+        messages += [
+            Message.assistant(tool_calls=[ToolCall.make("cancel_reservation", {"reservation_id": rid[:-1]}, "c1")]),
+            Message.tool("Error: reservation not found", "c1", "cancel_reservation"),
+            Message.assistant("I could not cancel it, sorry."),
+        ]
+    return Trajectory(task_id=task_id, domain="airline", seed=int(task_id.split("_")[1]), messages=messages,
+                      tools=TOOLS, reward=1.0 if passed else 0.0, passed=passed,
+                      termination="agent_stop" if passed else "user_stop")
+
+
+def metrics_rows(n_steps: int, start: float, end: float) -> list[dict]:
+    rows = []
+    for step in range(n_steps + 1):
+        frac = step / n_steps
+        row = {"step": step, "rollouts": step * 64, "reward_mean": round(start + (end - start) * frac, 4),
+               "success_rate": round(start * 0.8 + (end - start) * 0.8 * frac, 4), "loss": 0.1 - 0.005 * step,
+               "seconds": 1.5 * step}
+        if step % 5 == 0:
+            row["eval_success"] = round(start + (end - start) * frac * 0.9, 4)
+        rows.append(row)
+    return rows
+
+
+def make_workspace(root: Path) -> Path:
+    ws = root / "ws"
+    ws.mkdir()
+    (ws / "config.yaml").write_text("target: airline\nmodel: tiny-agent\ntraining:\n  num_generations: 8\n")
+    write_jsonl(ws / "rollouts" / "base.jsonl", [episode(f"train_{i}", i % 3 == 0) for i in range(1, 10)])
+    write_json(ws / "capabilities.json", {
+        "params": {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10},
+        "totals": {"failed": 6, "passed": 3},
+        "capabilities": [
+            {"name": "precondition_verification", "description": "Checks eligibility before a write action.",
+             "selected": True, "mean_cov": 0.62, "std_cov": 0.05, "mean_delta": 0.55, "std_delta": 0.08,
+             "cov_ci": [0.58, 0.66], "delta_ci": [0.5, 0.6], "runs_passed": 10, "runs_total": 10,
+             "er_plus_zero": False, "example_failed": ["train_1", "train_2"]},
+            {"name": "tool_calling_precision", "description": "Exact ids and argument values.", "selected": True,
+             "mean_cov": 0.3, "std_cov": 0.04, "mean_delta": 0.31, "std_delta": 0.1, "runs_passed": 8,
+             "runs_total": 10, "er_plus_zero": True, "example_failed": ["train_4"]},
+            {"name": "structured_data_reasoning", "description": "Reads nested records correctly.",
+             "selected": True, "mean_cov": 0.41, "std_cov": 0.06, "mean_delta": 0.4, "std_delta": 0.07,
+             "runs_passed": 9, "runs_total": 10},
+            {"name": "empathetic_tone", "description": "Decoy.", "selected": False, "mean_cov": 0.05,
+             "std_cov": 0.02, "mean_delta": 0.01, "std_delta": 0.03, "runs_passed": 0, "runs_total": 10},
+        ],
+    })
+    for i, cap in enumerate(CAPABILITIES):
+        write_json(ws / "envs" / cap / "calibration.json", {
+            "accepted": True, "rounds": [{"difficulty": 2, "mean_reward": 0.8}, {"difficulty": 3 + i}],
+            "difficulty": 3 + i, "mean_reward": 0.35 + 0.05 * i, "success_rate": 0.3 + 0.05 * i,
+            "reward_std": 0.31, "all_success": 0.1, "all_zero": 0.15, "constant": 0.25, "informative": 0.75,
+            "pass_at_k": {"1": 0.3, "4": 0.6, "8": 0.72, "16": 0.81}})
+        _write_rows(ws / "adapters" / cap / "metrics.jsonl", metrics_rows(10, 0.3, 0.7 + 0.05 * i))
+    _write_rows(ws / "baselines" / "grpo_target" / "metrics.jsonl", metrics_rows(10, 0.33, 0.4))
+    base_per_task = {t: float(t in PASSES["base"]) for t in TASKS}
+    for variant, passes in PASSES.items():
+        per_task = {t: float(t in passes) for t in TASKS}
+        pass1 = bootstrap_mean(list(per_task.values())).model_dump()
+        diff = None if variant == "base" else paired_difference(per_task, base_per_task).model_dump()
+        stem = variant.replace(":", "-")
+        write_json(ws / "eval" / f"{stem}.json", {
+            "variant": variant, "pass1": pass1, "pass_k": {"1": pass1["mean"]}, "diff_vs_base": diff,
+            "rollouts_used": ROLLOUTS[variant], "n_tasks": len(TASKS),
+            "failures_by_capability": {"precondition_verification": 12 - len(passes), "tool_calling_precision": 2},
+            "per_task": per_task})
+        if variant in ("base", "trace_moe"):
+            write_jsonl(ws / "eval" / f"{stem}.jsonl", [episode(t, t in passes) for t in TASKS])
+    write_json(ws / "composed" / "composition.json", {
+        "routing_accuracy": {"precondition_verification": 0.9, "tool_calling_precision": 0.85, "overall": 0.875},
+        "gate_parameters": 1560})
+    return ws
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def run_report(ws: Path, *extra: str) -> int:
+    return main(["report", "--workspace", str(ws), *extra])
+
+
+def load_summary(ws: Path) -> dict:
+    return json.loads((ws / "report" / "report.json").read_text())
+
+
+# ----------------------------------------------------------------------------- the full report
+
+
+def test_report_of_a_complete_workspace(tmp_path, capsys):
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    out = capsys.readouterr()
+    assert "report/index.html" in out.err and "trace_moe" in out.out
+
+    summary = load_summary(ws)
+    evaluation = summary["evaluation"]
+    assert list(evaluation) == ["base", "prompt_capabilities", "grpo_target", "adapter:precondition_verification",
+                                "adapter:structured_data_reasoning", "adapter:tool_calling_precision",
+                                "trace_router", "trace_moe"]
+    written = json.loads((ws / "eval" / "trace_moe.json").read_text())
+    assert evaluation["trace_moe"]["pass1"] == written["pass1"]
+    assert evaluation["trace_moe"]["pass1"]["mean"] == pytest.approx(7 / 12)
+    assert evaluation["base"]["pass1"]["mean"] == pytest.approx(4 / 12)
+    assert evaluation["grpo_target"]["rollouts_used"] == 2120
+    assert evaluation["adapter:tool_calling_precision"]["rollouts_used"] == 640
+    assert evaluation["base"]["diff_vs_base"] is None
+    assert evaluation["trace_moe"]["diff_vs_base"]["mean"] == pytest.approx(3 / 12)
+    assert summary["routing_accuracy"] == 0.875
+    assert summary["routing_accuracy_by_capability"] == {"precondition_verification": 0.9,
+                                                         "tool_calling_precision": 0.85}
+    headline = summary["headline"]
+    assert headline["trace"]["variant"] == "trace_moe"
+    # TRACE passes test_2 and test_10 that GRPO fails; GRPO passes nothing TRACE fails: 2 of 12 tasks.
+    assert headline["trace_vs_grpo_target"]["mean"] == pytest.approx(2 / 12)
+    # Base fails and TRACE passes test_2, test_10, test_11: the first two in natural order are shown.
+    assert [e["task_id"] for e in summary["examples"]] == ["test_2", "test_10"]
+    assert all(not e["base"]["passed"] and e["trace"]["passed"] for e in summary["examples"])
+    assert summary["missing"] == {}
+    assert summary["base_rollouts"] == {"trajectories": 9, "passed": 3}
+    assert summary["calibration"]["tool_calling_precision"]["pass_at_k"]["16"] == 0.81
+    assert summary["training"]["precondition_verification"]["final"]["rollouts"] == 640
+    assert summary["training"]["grpo_target"]["final"]["eval_success"] == pytest.approx(0.33 + 0.07 * 0.9)
+
+    figures = summary["figures"]
+    assert set(figures) == {"capabilities", "calibration", "evaluation", "sample_efficiency", "train:grpo_target",
+                            *(f"train:{c}" for c in CAPABILITIES)}
+    for name in figures.values():
+        png = (ws / "report" / name).read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
+
+    page = (ws / "report" / "index.html").read_text()
+    assert page.count('src="data:image/png;base64,') == len(figures)
+    assert not re.search(r'(src|href)\s*=\s*"(?!data:|#)', page), "the page must not reference any other file"
+    assert "<script" not in page
+    for text in ("precondition_verification", "empathetic_tone", "ER+ = 0", "Routing accuracy", "87.5%",
+                 "58.3%", "33.3%", "Task test_2", "Task test_10", "get_reservation_details",
+                 "tool result · cancel_reservation", "Error: reservation not found", "target: airline"):
+        assert text in page, text
+    assert "Not available yet" not in page
+
+
+def test_sample_efficiency_derived_from_variants_and_grpo_metrics(tmp_path):
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    se = load_summary(ws)["sample_efficiency"]
+    assert se["source"].startswith("derived")
+    assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
+    # GRPO: its eval_success rows (steps 0, 5, 10 → rollouts 0, 320, 640), then its test pass^1 at its budget.
+    rows = metrics_rows(10, 0.33, 0.4)
+    expected = [[r["rollouts"], r["eval_success"]] for r in rows if "eval_success" in r] + [[2120, 5 / 12]]
+    assert se["grpo_target"] == [[x, pytest.approx(y)] for x, y in expected]
+    assert se["adapters"] == [[640, pytest.approx(p)] for p in sorted([5 / 12, 4 / 12, 4 / 12])]
+
+
+def test_sample_efficiency_from_its_file(tmp_path):
+    ws = make_workspace(tmp_path)
+    write_json(ws / "eval" / "sample_efficiency.json",
+               {"trace": [[1000, 0.45], [0, 0.33], [2120, 0.58]], "grpo_target": [[0, 0.33], [2120, 0.41]]})
+    assert run_report(ws) == 0
+    se = load_summary(ws)["sample_efficiency"]
+    assert se["source"] == "eval/sample_efficiency.json"
+    assert se["trace"] == [[0, 0.33], [1000, 0.45], [2120, 0.58]]
+    assert se["grpo_target"] == [[0, 0.33], [2120, 0.41]]
+
+
+def test_report_is_deterministic(tmp_path):
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    first = {p.name: p.read_bytes() for p in (ws / "report").iterdir()}
+    assert run_report(ws) == 0
+    assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == first
+
+
+# ----------------------------------------------------------------------------- escaping and truncation
+
+
+def test_every_string_from_the_data_is_escaped(tmp_path):
+    ws = make_workspace(tmp_path)
+    caps = json.loads((ws / "capabilities.json").read_text())
+    caps["capabilities"][0]["description"] = '<script>alert("cap")</script> & "quoted"'
+    caps["capabilities"][3]["name"] = "<b>decoy</b>"
+    write_json(ws / "capabilities.json", caps)
+    trajectories = [episode(t, t in PASSES["base"]) for t in TASKS]
+    trajectories[1].messages[1] = Message.user('<img src=x onerror="alert(1)"> cancel </div>')
+    write_jsonl(ws / "eval" / "base.jsonl", trajectories)
+    assert run_report(ws) == 0
+    page = (ws / "report" / "index.html").read_text()
+    assert "<script" not in page and "<img src=x" not in page and "<b>decoy</b>" not in page
+    assert "&lt;script&gt;alert(&quot;cap&quot;)&lt;/script&gt; &amp; &quot;quoted&quot;" in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; cancel &lt;/div&gt;" in page
+    assert "&lt;b&gt;decoy&lt;/b&gt;" in page
+
+
+def test_long_tool_results_are_cut(tmp_path):
+    ws = make_workspace(tmp_path)
+    long_text = "x" * 4000 + "TAIL-MARKER"
+    write_jsonl(ws / "eval" / "trace_moe.jsonl",
+                [episode(t, t in PASSES["trace_moe"], tool_text=long_text) for t in TASKS])
+    assert run_report(ws) == 0
+    page = (ws / "report" / "index.html").read_text()
+    assert "TAIL-MARKER" not in page
+    assert f"(+{len(long_text) - 600:,} characters)" in page
+
+
+# ----------------------------------------------------------------------------- missing and malformed parts
+
+
+def test_stages_not_run_yet_are_reported_as_missing(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    write_jsonl(ws / "rollouts" / "base.jsonl", [episode("train_1", False), episode("train_2", True)])
+    assert run_report(ws) == 0
+    summary = load_summary(ws)
+    assert summary["evaluation"] == {} and summary["routing_accuracy"] is None and summary["figures"] == {}
+    assert set(summary["missing"]) == {"config", "capabilities", "calibration", "training", "evaluation",
+                                      "composition", "sample_efficiency", "examples"}
+    page = (ws / "report" / "index.html").read_text()
+    for section in ("capabilities", "calibration", "training", "evaluation", "sample-efficiency", "examples"):
+        body = page.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
+        assert "Not available yet" in body, section
+    assert "has not run yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("removed, missing", [
+    ("eval/base.jsonl", "examples"),
+    ("composed", "composition"),
+    ("adapters", "training"),
+])
+def test_one_stage_missing(tmp_path, removed, missing):
+    ws = make_workspace(tmp_path)
+    path = ws / removed
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert run_report(ws) == 0
+    summary = load_summary(ws)
+    assert set(summary["missing"]) == {missing}
+    assert summary["evaluation"]["trace_moe"]["pass1"]["mean"] == pytest.approx(7 / 12)
+
+
+def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
+    ws = make_workspace(tmp_path)
+    (ws / "eval" / "trace_moe.json").unlink()
+    (ws / "eval" / "trace_moe.jsonl").rename(ws / "eval" / "trace_router.jsonl")
+    assert run_report(ws) == 0
+    summary = load_summary(ws)
+    assert summary["headline"]["trace"]["variant"] == "trace_router"
+    assert summary["sample_efficiency"]["trace"][-1] == [1920, pytest.approx(6 / 12)]
+    assert summary["examples"]  # drawn from trace_router.jsonl
+
+
+def test_routing_accuracy_as_a_number(tmp_path):
+    ws = make_workspace(tmp_path)
+    write_json(ws / "composed" / "composition.json", {"routing_accuracy": 0.5})
+    assert run_report(ws) == 0
+    assert load_summary(ws)["routing_accuracy"] == 0.5
+
+
+@pytest.mark.parametrize("path, content, message", [
+    ("capabilities.json", '{"capabilities": [', "capabilities.json:1: not valid JSON"),
+    ("capabilities.json", '{"capabilities": [{"name": "x"}]}', "capabilities.json: missing field 'capabilities.0.selected'"),
+    ("envs/tool_calling_precision/calibration.json", '{"pass_at_k": {"one": 0.5}}', "calibration.json: field 'pass_at_k'"),
+    ("adapters/tool_calling_precision/metrics.jsonl", '{"step": 0, "rollouts": 0}\n{"rollouts": 64}\n',
+     "metrics.jsonl:2: missing field 'step'"),
+    ("eval/base.json", '{"variant": "base", "pass1": {"mean": 1.5, "low": 0.2, "high": 0.4}, "rollouts_used": 0}',
+     "base.json: field 'pass1'"),
+    ("eval/grpo_target.json", '{"variant": "base", "pass1": {"mean": 0.5, "low": 0.4, "high": 0.6}, "rollouts_used": 0}',
+     "grpo_target.json: variant 'base' does not match the file name"),
+    ("eval/trace_moe.jsonl", '{"task_id": "t"}\n', "trace_moe.jsonl:1: missing field"),
+    ("composed/composition.json", '{"routing_accuracy": "high"}', "composition.json: routing_accuracy must be"),
+    ("config.yaml", "a: [1, 2\n", "config.yaml:"),
+])
+def test_a_malformed_file_is_a_one_line_error_naming_it(tmp_path, capsys, path, content, message):
+    ws = make_workspace(tmp_path)
+    (ws / path).write_text(content)
+    assert run_report(ws) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (ws / "report").exists(), "nothing may be written when an input is malformed"
+
+
+def test_a_malformed_file_leaves_the_previous_report_untouched(tmp_path):
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    before = {p.name: p.read_bytes() for p in (ws / "report").iterdir()}
+    (ws / "eval" / "base.json").write_text("{")
+    assert run_report(ws) == 2
+    assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == before
+
+
+def test_missing_workspace_is_an_input_error(tmp_path, capsys):
+    assert run_report(tmp_path / "nope") == 2
+    assert "workspace folder does not exist" in capsys.readouterr().err
+
+
+def test_pick_examples_prefers_base_failed_trace_passed_then_disagreements():
+    base = {t: episode(t, ok) for t, ok in [("t_1", True), ("t_2", True), ("t_3", False), ("t_10", True)]}
+    trace = {t: episode(t, ok) for t, ok in [("t_1", True), ("t_2", False), ("t_3", True), ("t_10", True)]}
+    assert pick_examples(base, trace) == ["t_3", "t_2"]
+    assert pick_examples(base, trace, n=4) == ["t_3", "t_2", "t_1", "t_10"]
+    assert pick_examples({"a": base["t_1"]}, trace) == []
+
+
+# ----------------------------------------------------------------------------- opening and rendering
+
+
+def test_open_starts_the_users_browser_on_the_report(tmp_path, monkeypatch):
+    ws = make_workspace(tmp_path)
+    opened = tmp_path / "opened.txt"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    browser.chmod(0o755)
+    monkeypatch.setenv("BROWSER", str(browser))
+    monkeypatch.setattr(webbrowser, "_tryorder", None)  # make webbrowser read $BROWSER again
+    monkeypatch.setattr(webbrowser, "_browsers", {})
+    assert run_report(ws, "--open") == 0
+    assert opened.read_text().strip() == (ws / "report" / "index.html").resolve().as_uri()
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if path is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("chromium is required in CI for the report rendering test (scripts/test.sh installs it)")
+        pytest.skip("chromium not installed (outside CI)")
+    return path
+
+
+def render(chromium: str, page: Path, screenshot: Path, profile: Path) -> list[str]:
+    """Screenshot `page` in headless Chromium; the console messages and page errors it logged."""
+    proc = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", f"--screenshot={screenshot}", "--window-size=1280,2000",
+         "--enable-logging=stderr", "--v=0", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium_without_console_errors(tmp_path):
+    chromium = _chromium()
+    # The check itself must be able to fail: a page with a script error is caught.
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>console.error('boom'); missingFunction();</script></body></html>")
+    assert render(chromium, broken, tmp_path / "broken.png", tmp_path / "profile-broken")
+
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    screenshot = tmp_path / "report.png"
+    assert render(chromium, ws / "report" / "index.html", screenshot, tmp_path / "profile") == []
+    png = screenshot.read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 50_000  # a blank 1280×2000 page is ~10 KB
