@@ -1,0 +1,143 @@
+"""The child side of the sandbox: lock the process down, import the module, run the checks.
+
+    python -I -m tracerl.synthesis.sandbox_worker <folder> <seeds> <difficulty>
+
+Everything this process needs (tracerl, pydantic) is imported *before* the lock-down; then:
+Landlock (where the kernel has it) makes the file system read-only except `<folder>`, denies TCP
+bind/connect and (ABI ≥ 6) signals to processes outside; a Python audit hook — which cannot be
+removed — refuses sockets, subprocesses, exec, fork, kill, ctypes loading and opening files for
+writing outside `<folder>`. Then `<folder>/env.py` is imported and `make_env(difficulty)` checked.
+The report is printed as one line after `REPORT_MARKER`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from tracerl.core.io import read_json
+from tracerl.synthesis.checks import validate_env
+from tracerl.synthesis.envdir import MODULE_PY, TARGET_JSON, load_module_factory
+from tracerl.synthesis.sandbox import REPORT_MARKER
+from tracerl.synthesis.target import Target
+
+# Landlock (linux/landlock.h)
+_FS_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
+_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_PR_SET_NO_NEW_PRIVS = 38
+
+_BLOCKED_EVENTS = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                   "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.", "pty.spawn", "webbrowser")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock(writable: Path) -> list[str]:
+    """Restrict this process (and its future children) with Landlock; the layers it set up."""
+    if not sys.platform.startswith("linux"):
+        return []
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        return []
+    fs = _FS_WRITE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    attr = _RulesetAttr(handled_access_fs=fs, handled_access_net=(_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+                        scoped=(_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return []
+    layers = ["landlock fs"]
+    for path in (writable, Path("/dev/null")):
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        allowed = fs if path.is_dir() else (1 << 1) | ((1 << 14) if abi >= 3 else 0)
+        rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=fd)
+        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            os.close(fd)
+            os.close(ruleset)
+            return []
+        os.close(fd)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        os.close(ruleset)
+        return []
+    if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+        os.close(ruleset)
+        return []
+    os.close(ruleset)
+    if abi >= 4:
+        layers.append("landlock net")
+    if abi >= 6:
+        layers.append("landlock signal scope")
+    return layers
+
+
+def install_audit_hook(writable: Path) -> None:
+    """Refuse network, processes, signals, ctypes and writes outside `writable` (irremovable)."""
+    root = str(writable.resolve())
+
+    def hook(event: str, args: tuple) -> None:
+        if event.startswith(_BLOCKED_EVENTS):
+            raise PermissionError(f"sandbox: '{event}' is not allowed")
+        if event == "open" and len(args) >= 3:
+            path, mode, flags = args[0], args[1], args[2]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if writing and isinstance(path, (str, bytes, os.PathLike)):
+                target = os.path.realpath(os.fsdecode(path))
+                if target != os.devnull and not (target == root or target.startswith(root + os.sep)):
+                    raise PermissionError(f"sandbox: writing '{target}' outside the module's folder is not allowed")
+        elif event in ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "shutil.rmtree",
+                       "os.truncate", "os.chmod", "os.chown", "os.utime"):
+            for path in args[:2]:
+                if isinstance(path, (str, bytes, os.PathLike)):
+                    target = os.path.realpath(os.fsdecode(path))
+                    if not (target == root or target.startswith(root + os.sep)):
+                        raise PermissionError(f"sandbox: '{event}' on '{target}' outside the module's folder is not allowed")
+
+    sys.addaudithook(hook)
+
+
+def _emit(payload: dict) -> None:
+    sys.stdout.write("\n" + REPORT_MARKER + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    folder, seeds, difficulty = Path(argv[0]).resolve(), int(argv[1]), int(argv[2])
+    target = Target.from_json(read_json(folder / TARGET_JSON))
+    layers = landlock(folder)
+    install_audit_hook(folder)
+    try:
+        make_env = load_module_factory(folder / MODULE_PY)
+        report = validate_env(lambda: make_env(difficulty), target.tools, seeds=range(seeds))
+    except MemoryError:
+        _emit({"error": "ran out of memory", "isolation": layers})
+        return 1
+    except BaseException as e:  # noqa: BLE001 — anything the module does is reported, not raised
+        frame = traceback.extract_tb(e.__traceback__)[-1] if e.__traceback__ else None
+        where = f" (at {Path(frame.filename).name}:{frame.lineno})" if frame else ""
+        _emit({"error": f"import failed: {type(e).__name__}: {e}{where}", "isolation": layers})
+        return 1
+    _emit({"report": report.model_dump(), "isolation": layers})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
