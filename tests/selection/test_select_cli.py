@@ -1,0 +1,110 @@
+"""`tracerl select` end to end with the rules labeller, and the catalogue files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracerl.cli import main
+from tracerl.core.errors import InputError
+from tracerl.selection.catalogue import BUILTIN, load_capabilities
+
+PLANTED = {"multi_step_completion", "tool_call_precision"}
+
+
+@pytest.fixture
+def sample(shared_dir: Path) -> Path:
+    return shared_dir / "tau2" / "retail" / "sample_results.json"
+
+
+def test_builtin_catalogue() -> None:
+    names = [c.name for c in BUILTIN]
+    for required in ("precondition_verification", "multi_step_completion", "structured_data_reasoning", "tool_call_precision",
+                     "error_recovery", "information_communication"):
+        assert required in names
+    assert sum(c.decoy for c in BUILTIN) >= 2
+    assert all(c.rubric.na and c.rubric.present and c.rubric.lacking for c in BUILTIN)
+
+
+def test_select_on_tau2_sample_picks_exactly_the_planted_capabilities(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sel"
+    assert main(["select", "--rollouts", str(sample), "--out", str(out), "--json", "--bootstrap", "200"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc == json.loads((out / "capabilities.json").read_text())
+    assert doc["params"] == {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10, "bootstrap": 200, "seed": 0}
+    assert doc["totals"] == {"trajectories": 114, "failed": 22, "passed": 92}
+    assert {c["name"] for c in doc["capabilities"] if c["selected"]} == PLANTED
+    assert [c["name"] for c in doc["capabilities"][:2]] == ["multi_step_completion", "tool_call_precision"]  # ranked by mean Δ
+    assert "deterministic" in doc["labeler"]["note"]
+    by = {c["name"]: c for c in doc["capabilities"]}
+    ms = by["multi_step_completion"]
+    # 12 dropped-last-write runs among 22 failed; 5 failed need < 2 writes (NA); no passed one lacks it
+    assert ms["mean_cov"] == pytest.approx(12 / 22, abs=1e-6) and ms["mean_delta"] == pytest.approx(12 / 17, abs=1e-6)
+    assert ms["std_cov"] == 0 and ms["runs_passed"] == 10 and ms["runs_total"] == 10
+    assert ms["cov_ci95"][0] <= ms["mean_cov"] <= ms["cov_ci95"][1]
+    assert by["tool_call_precision"]["mean_cov"] == pytest.approx(10 / 22, abs=1e-6)
+    assert len(ms["example_failed"]) == 3 and all(e["lacking_runs"] == 10 for e in ms["example_failed"])
+    assert by["structured_data_reasoning"]["er_plus_flag"]
+    for key in ("name", "description", "selected", "mean_cov", "std_cov", "mean_delta", "std_delta", "runs_passed", "runs_total", "example_failed"):
+        assert all(key in c for c in doc["capabilities"])
+    runs = sorted((out / "labels").iterdir())
+    assert [p.name for p in runs] == [f"run_{r:02d}.json" for r in range(10)]
+    run3 = json.loads(runs[3].read_text())
+    assert run3["run"] == 3 and run3["seed"] == 3 and len(run3["trajectories"]) == 114 and run3["unlabelled"] == 0
+    assert run3["trajectories"][0]["labels"]["multi_step_completion"]["label"] in ("NA", "PRESENT", "LACKING")
+
+
+def test_select_table_and_user_capabilities(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    caps = tmp_path / "caps.yaml"
+    caps.write_text("- name: upsell_skill\n  description: Offers the user insurance when it fits.\n")
+    assert main(["select", "--rollouts", str(sample), "--out", str(tmp_path / "s"), "--runs", "2", "--capabilities", str(caps)]) == 0
+    out = capsys.readouterr().out
+    assert "multi_step_completion" in out and "upsell_skill" in out and "deterministic" in out
+    doc = json.loads((tmp_path / "s" / "capabilities.json").read_text())
+    upsell = next(c for c in doc["capabilities"] if c["name"] == "upsell_skill")
+    assert upsell["source"] == "user" and upsell["unlabelled_pairs"] == 2 * 114 and not upsell["selected"]
+    assert doc["unlabelled_pairs"] == 2 * 114 and doc["params"]["k"] == 2
+
+
+def test_capability_files(tmp_path: Path) -> None:
+    j = tmp_path / "c.json"
+    j.write_text(json.dumps({"capabilities": [{"name": "date_arithmetic", "description": "Computes dates.",
+                                                "rubric": {"na": "a", "present": "b", "lacking": "c"}}]}))
+    assert load_capabilities(j)[0].rubric.lacking == "c"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- name: ok_name\n  description: x\n- name: a: b\n")
+    with pytest.raises(InputError, match=r"bad.yaml:3: not valid YAML"):
+        load_capabilities(bad)
+    camel = tmp_path / "camel.yaml"
+    camel.write_text("- name: NotSnake\n  description: x\n")
+    with pytest.raises(InputError, match="capability 0: field 'name'.*not snake_case"):
+        load_capabilities(camel)
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--labeler", "magic"], "--labeler must be 'rules' or 'llm'"),
+        (["--runs", "3", "--min-runs", "5"], "1 ≤ K ≤ N"),
+        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1"], "needs a model name"),
+    ],
+)
+def test_select_bad_input_exits_2_and_writes_nothing(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch, extra: list[str], expected: str) -> None:
+    for var in ("OPENAI_BASE_URL", "OPENAI_MODEL", "TRACERL_LLM_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "sel"
+    assert main(["select", "--rollouts", str(sample), "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and "\n" not in err
+    assert not out.exists()
+
+
+def test_select_on_malformed_rollouts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "r.jsonl"
+    bad.write_text('{"task_id": "1"}\n')
+    assert main(["select", "--rollouts", str(bad), "--out", str(tmp_path / "sel")]) == 2
+    assert "r.jsonl:1: missing field 'domain'" in capsys.readouterr().err
+    assert not (tmp_path / "sel").exists()
