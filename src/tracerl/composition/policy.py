@@ -1,0 +1,64 @@
+"""Sampling from a composed model with the local backend.
+
+moe mode needs nothing special — the composed model is an HF causal LM, so
+`LocalPolicy(model, tokenizer)` (or a `routes={"name": model}` entry) samples from it, each token
+routing itself. Router / merge modes route per task: `ComposedPolicy` routes each session once,
+on its first user turn, keeps the weights in the session's state, and hands every forward call
+the weights of the rows still running (`routing_weights=`), so one batch mixes tasks routed to
+different adapters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracerl.composition.composed import composition_of
+from tracerl.core.policy import Session
+from tracerl.models.generation import GenerationRequest, generate
+from tracerl.models.local import LocalPolicy
+
+WEIGHTS_KEY = "routing_weights"
+
+
+class ComposedPolicy(LocalPolicy):
+    """A LocalPolicy whose model is a composed model (any mode). Sessions' `adapter` must be None
+    or the policy's name; the composition decides the adapters."""
+
+    def __init__(self, model: Any, tokenizer: Any = None, **kwargs: Any):
+        super().__init__(model, tokenizer if tokenizer is not None else model.tracerl_tokenizer, **kwargs)
+        self.composition = composition_of(model)
+
+    @property
+    def adapters(self) -> list[str]:
+        return [self.name]
+
+    def _check_adapter(self, adapter: str | None) -> None:
+        if adapter not in (None, self.name):
+            super()._check_adapter(adapter)
+
+    def act(self, sessions: list[Session]) -> list:
+        if self.composition.mode != "moe":
+            fresh = [s for s in sessions if s.state is None or WEIGHTS_KEY not in getattr(s.state, "extra", {})]
+            if fresh:
+                weights = self.composition.weights_for([s.messages for s in fresh])
+                self._pending = {id(s): w for s, w in zip(fresh, weights, strict=True)}
+        return super().act(sessions)
+
+    def _request(self, session: Session, ids: list[int], budget: int) -> GenerationRequest:
+        request = super()._request(session, ids, budget)
+        request.extra = None
+        if self.composition.mode != "moe":
+            extra = session.state.extra
+            if WEIGHTS_KEY not in extra:
+                extra[WEIGHTS_KEY] = self._pending.pop(id(session))
+                session.info["routing"] = dict(zip(self.composition.slot_names, (round(float(x), 4) for x in extra[WEIGHTS_KEY])))
+            request.extra = extra[WEIGHTS_KEY]
+        return request
+
+    def generate_requests(self, requests: list[GenerationRequest]) -> list:
+        results: list = []
+        for start in range(0, len(requests), self.max_batch_size):
+            chunk = requests[start : start + self.max_batch_size]
+            results += generate(self.model, chunk, pad_id=self.pad_id, logprobs_mode=self.logprobs_mode,
+                                forward_kwargs=self.composition.forward_kwargs)
+        return results
