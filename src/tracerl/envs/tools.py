@@ -60,6 +60,33 @@ def _docstring_parts(doc: str) -> tuple[str, dict[str, str]]:
     return " ".join(head.split()), descriptions
 
 
+_DERIVED: dict[tuple[Callable[..., Any], str], tuple[type[BaseModel], ToolSchema]] = {}
+
+
+def _derive(fn: Callable[..., Any], kind: ToolKind) -> tuple[type[BaseModel], ToolSchema]:
+    """The argument model and schema of a tool function, derived once per function (a Toolbox is
+    built per episode; deriving nine pydantic models each time dominated rollout time)."""
+    key = (fn, kind)
+    if key not in _DERIVED:
+        name = fn.__name__
+        description, arg_docs = _docstring_parts(fn.__doc__ or "")
+        fields: dict[str, Any] = {}
+        for pname, param in inspect.signature(fn, eval_str=True).parameters.items():
+            if pname == "self":
+                continue
+            annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
+        args_model = create_model(f"{name}_args", __base__=_StrictArgs, **fields)
+        parameters = args_model.model_json_schema()
+        parameters.pop("title", None)
+        for spec in parameters.get("properties", {}).values():
+            spec.pop("title", None)
+        _DERIVED[key] = (args_model, ToolSchema(name=name, description=description, parameters=parameters, kind=kind))
+    args_model, schema = _DERIVED[key]
+    return args_model, schema.model_copy(deep=True)
+
+
 class BoundTool:
     """One tool: its schema, its argument model, and the function that runs it."""
 
@@ -67,20 +94,7 @@ class BoundTool:
         self.fn = fn
         self.kind = kind
         self.name = fn.__name__
-        description, arg_docs = _docstring_parts(fn.__doc__ or "")
-        fields: dict[str, Any] = {}
-        for pname, param in inspect.signature(fn).parameters.items():
-            if pname == "self":
-                continue
-            annotation = param.annotation if param.annotation is not inspect.Parameter.empty else Any
-            default = ... if param.default is inspect.Parameter.empty else param.default
-            fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
-        self.args_model = create_model(f"{self.name}_args", __base__=_StrictArgs, **fields)
-        parameters = self.args_model.model_json_schema()
-        parameters.pop("title", None)
-        for spec in parameters.get("properties", {}).values():
-            spec.pop("title", None)
-        self.schema = ToolSchema(name=self.name, description=description, parameters=parameters, kind=kind)
+        self.args_model, self.schema = _derive(getattr(fn, "__func__", fn), kind)
 
     def __call__(self, arguments: dict[str, Any]) -> Any:
         parsed = self.args_model.model_validate(arguments)
