@@ -1,0 +1,201 @@
+"""Reference policies that need no model: `oracle` and `flawed` (the oracle with planted faults).
+
+Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
+then for each request read the reservation (and search flights for a change), check the rule,
+state the action and amount and ask to confirm, make the write; refuse forbidden requests;
+close with "Is there anything else?". Their episodes have a model's shape: one tool call (with
+an id) or one text per assistant turn.
+
+`flawed` plants four faults, each drawn once per episode with its own probability, seeded by
+(policy seed, task seed) — reproducible and independent of batching:
+
+- `p1` skip_precondition: perform forbidden requests anyway (a cancel without reading the
+  reservation; a change of a basic_economy booking; a certificate nobody is owed);
+- `p2` stop_early: stop after the first of several requests;
+- `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
+  meets the constraint, bags ignoring the free allowance, a wrong certificate or refund amount);
+- `p4` corrupt_argument: corrupt one argument of one gold write (a typo in an id, a wrong type).
+
+A drawn fault is *planted* when it changes the outcome (p1 needs a forbidden request, p2 a later
+request with work to do, p3/p4 an allowed request among those the policy handles); every planted
+fault makes the episode fail. The policy writes `session.info["faults"] = {"drawn": [...],
+"planted": [...]}` (fault names), so rollouts carry their known failure composition — ground
+truth for checking capability selection, not an input for labellers.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Any
+
+from tracerl.core.messages import Action, Message, ToolCall
+from tracerl.core.policy import Session
+from tracerl.envs.airline.tasks import AirlineTask, SubTask
+
+FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
+GREETING = "Hello! Please tell me your user id."
+CLOSING = "All your requests are handled. Is there anything else?"
+ANYTHING_ELSE = " Is there anything else?"
+
+
+class ScriptedAirlinePolicy:
+    """The oracle (`rates` all 0) or a flawed oracle; `rates` = (p1, p2, p3, p4)."""
+
+    def __init__(self, rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), seed: int = 0):
+        if len(rates) != len(FAULTS) or not all(0.0 <= p <= 1.0 for p in rates):
+            raise ValueError(f"rates must be {len(FAULTS)} probabilities in [0, 1], got {rates}")
+        self.rates = tuple(float(p) for p in rates)
+        self.seed = int(seed)
+        self.name = "oracle" if not any(self.rates) else "flawed:" + ",".join(f"{p:g}" for p in self.rates)
+
+    def act(self, sessions: list[Session]) -> list[Message]:
+        return [self._next(s) for s in sessions]
+
+    def _next(self, session: Session) -> Message:
+        if session.state is None:
+            task = session.info.get("_task")
+            if not isinstance(task, AirlineTask):
+                raise TypeError("the scripted airline policies need info['_task'] from the airline environment")
+            messages, drawn, planted = self.plan(task)
+            session.state = {"plan": messages, "next": 0}
+            if any(self.rates):
+                session.info["faults"] = {"drawn": drawn, "planted": planted}
+        plan, index = session.state["plan"], session.state["next"]
+        session.state["next"] = index + 1
+        return plan[index] if index < len(plan) else Message.assistant(CLOSING)
+
+    def plan(self, task: AirlineTask) -> tuple[list[Message], list[str], list[str]]:
+        """The assistant messages of the whole episode, the faults drawn and those planted."""
+        rng = random.Random(f"tracerl-flawed-{self.seed}-{task.seed}")
+        drawn = [name for name, p in zip(FAULTS, self.rates, strict=True) if rng.random() < p]
+        subs = task.subtasks
+        stop_early = "stop_early" in drawn and len(subs) > 1
+        handled = subs[:1] if stop_early else subs
+        planted = []
+        ignore_rule = "skip_precondition" in drawn and any(not s.allowed for s in handled)
+        if ignore_rule:
+            planted.append("skip_precondition")
+        if stop_early and any(s.writes or s.communicate for s in subs[1:]):
+            planted.append("stop_early")
+        allowed = [i for i, s in enumerate(handled) if s.allowed]
+        mispick = None
+        if "mispick" in drawn and allowed:
+            mispick = rng.choice(allowed)
+            planted.append("mispick")
+        corrupt = None
+        if "corrupt_argument" in drawn and allowed:
+            i = rng.choice(allowed)
+            corrupt = (i, rng.randrange(len(handled[i].writes)))
+            planted.append("corrupt_argument")
+
+        script = _Script()
+        script.say(GREETING)
+        script.call(Action(name="get_user_details", arguments={"user_id": task.user_id}))
+        closed = False
+        for i, sub in enumerate(handled):
+            last = i == len(handled) - 1
+            if not sub.allowed and not ignore_rule:
+                script.calls(sub.reads)
+                script.say(sub.say + (ANYTHING_ELSE if last else ""))
+                closed = last
+                continue
+            reads, writes, text = _variant(sub, mispick == i)
+            script.calls(reads)
+            script.say(text)
+            for j, write in enumerate(writes):
+                script.call(corrupt_action(write, task, rng) if corrupt == (i, j) else write)
+        if not closed:
+            script.say(CLOSING)
+        return script.messages, drawn, planted
+
+
+def _variant(sub: SubTask, mispick: bool) -> tuple[list[Action], list[Action], str]:
+    """(reads, writes, confirmation) for handling `sub` as allowed: as it should, mis-picked, or against the rule."""
+    if not sub.allowed:
+        assert sub.anyway_say is not None
+        return sub.anyway_reads, sub.anyway_writes, sub.anyway_say
+    if mispick:
+        assert sub.mispick_writes is not None and sub.mispick_say is not None
+        return sub.reads, sub.mispick_writes, sub.mispick_say
+    return sub.reads, sub.writes, sub.say
+
+
+class _Script:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.count = 0
+
+    def say(self, text: str) -> None:
+        self.messages.append(Message.assistant(text))
+
+    def call(self, action: Action) -> None:
+        self.count += 1
+        self.messages.append(Message.assistant(tool_calls=[ToolCall.make(action.name, action.arguments, f"call_{self.count}")]))
+
+    def calls(self, actions: list[Action]) -> None:
+        for action in actions:
+            self.call(action)
+
+
+def corrupt_action(action: Action, task: AirlineTask, rng: random.Random) -> Action:
+    """`action` with one argument corrupted (a typo in an id that exists nowhere, or a wrong JSON type)."""
+    args = {k: (list(v) if isinstance(v, list) else v) for k, v in action.arguments.items()}
+    options: list[str] = [k for k in ("reservation_id", "payment_id", "user_id") if k in args]
+    options += [k for k in ("total_baggages", "nonfree_baggages", "amount") if k in args]
+    if "flights" in args:
+        options += ["flight_number", "flights"]
+    choice = rng.choice(options)
+    known = set(task.db.reservations) | set(task.db.users) | {f.flight_number for f in task.db.flights.values()}
+    known |= {p.payment_id for u in task.db.users.values() for p in u.payment_methods}
+    if choice in ("reservation_id", "payment_id", "user_id"):
+        args[choice] = _typo(args[choice], known, rng)
+    elif choice in ("total_baggages", "nonfree_baggages", "amount"):
+        unit = "dollars" if choice == "amount" else "bags"
+        args[choice] = f"{args[choice]} {unit}"
+    elif choice == "flight_number":
+        first = dict(args["flights"][0])
+        first["flight_number"] = _typo(first["flight_number"], known, rng)
+        args["flights"] = [first, *args["flights"][1:]]
+    else:
+        args["flights"] = [f["flight_number"] for f in args["flights"]]
+    return Action(name=action.name, arguments=args)
+
+
+def _typo(value: str, known: set[str], rng: random.Random) -> str:
+    """Change one letter or digit of `value` (same kind of character) so that it names nothing known."""
+    positions = [i for i, c in enumerate(value) if c.isdigit() or c.isupper()]
+    while True:
+        i = rng.choice(positions)
+        pool = string.digits if value[i].isdigit() else string.ascii_uppercase
+        new = value[:i] + rng.choice(pool.replace(value[i], "")) + value[i + 1:]
+        if new not in known:
+            return new
+
+
+def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAirlinePolicy:
+    """'oracle' or 'flawed' / 'flawed:p1[,p2[,p3[,p4]]]' (missing rates are 0; bare 'flawed' = 0.25 each)."""
+    name, _, args = spec.partition(":")
+    if name == "oracle":
+        if args:
+            raise ValueError("'oracle' takes no parameters")
+        return ScriptedAirlinePolicy(seed=seed)
+    if name != "flawed":
+        raise ValueError(f"not a scripted policy: '{spec}'")
+    if not args:
+        return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed)
+    parts = args.split(",")
+    if len(parts) > len(FAULTS):
+        raise ValueError(f"'flawed' takes at most {len(FAULTS)} rates (p1..p4), got {len(parts)}")
+    try:
+        rates = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"'flawed' rates must be numbers, got '{args}'") from None
+    for i, p in enumerate(rates, start=1):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"'flawed' rate p{i} = {p:g} is outside [0, 1]")
+    rates += [0.0] * (len(FAULTS) - len(rates))
+    return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed)
+
+
+DEFAULT_FLAWED_RATES = (0.25, 0.25, 0.25, 0.25)
