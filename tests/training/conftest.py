@@ -1,6 +1,11 @@
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).parent))  # training_helpers (pytest runs with --import-mode=importlib)
 
 
 def tiny_qwen3(vocab_size: int = 64, seed: int = 0) -> Qwen3ForCausalLM:
