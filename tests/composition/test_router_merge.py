@@ -1,0 +1,118 @@
+"""Task-level router (α from label-token probabilities) and the weighted merge W' = W + Σ α·scaling·B A."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from composition_helpers import make_adapter, tiny_model, toy_tokenizer
+from peft import PeftModel
+from safetensors.torch import load_file
+
+from tracerl.composition.adapters import load_adapter
+from tracerl.composition.composed import Capability, compose, top1_weights, top_p_weights
+from tracerl.composition.merge import merge_adapters
+from tracerl.composition.router import TaskRouter, route_names
+from tracerl.core.messages import Message
+
+CAPS = [Capability(name="alpha", description="cancels reservations"), Capability(name="beta", description="looks up orders")]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tokenizer = toy_tokenizer()
+    base = tiny_model(seed=0, vocab=len(tokenizer))
+    root = tmp_path_factory.mktemp("adapters")
+    dirs = [make_adapter(base, root / "alpha", seed=1), make_adapter(base, root / "beta", seed=2, r=2, alpha=3.0, targets=["q_proj", "down_proj"])]
+    return base, tokenizer, dirs
+
+
+def conversation(text):
+    return [Message.system("You are an agent."), Message.user(text)]
+
+
+def test_router_alpha_is_the_renormalised_label_probability(setup):
+    base, tokenizer, _ = setup
+    router = TaskRouter(base, tokenizer, CAPS)
+    assert router.labels == ["A", "B", "C"]
+    requests = ["cancel my reservation please", "look up the order status of order 7 now"]
+    alpha = router.alphas([conversation(r) for r in requests])
+    label_ids = [tokenizer.encode(x, add_special_tokens=False)[0] for x in ("C", "A", "B")]  # slot order: base, alpha, beta
+    for row, request in enumerate(requests):
+        ids = torch.tensor([router.prompt_ids(request)])
+        with torch.no_grad():
+            probs = base(ids).logits[0, -1].double().softmax(-1)
+        picked = [float(probs[i]) for i in label_ids]
+        expected = [p / sum(picked) for p in picked]
+        assert alpha[row].tolist() == pytest.approx(expected, abs=1e-6)
+    prompt = router.messages(requests[0])[1]["content"]
+    assert "A: alpha — cancels reservations" in prompt and "C: the general assistant" in prompt and requests[0] in prompt
+
+
+def test_top1_and_top_p_weights_by_hand():
+    alpha = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.3, 0.2]])
+    assert top1_weights(alpha).tolist() == [[0, 1, 0], [1, 0, 0]]
+    assert torch.allclose(top_p_weights(alpha, 0.8), torch.tensor([[0, 2 / 3, 1 / 3], [0.625, 0.375, 0]]))
+    assert torch.allclose(top_p_weights(alpha, 0.5), torch.tensor([[0.0, 1, 0], [1, 0, 0]]))
+    assert route_names(alpha, ["base", "alpha", "beta"]) == ["alpha", None]
+
+
+def test_router_mode_serves_the_chosen_adapter_per_sequence(setup):
+    base, tokenizer, dirs = setup
+    model = copy.deepcopy(base)
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="router")
+    composition.router = TaskRouter(model, tokenizer, CAPS)
+    weights = composition.route_requests([conversation("cancel my reservation please")])
+    assert weights.sum().item() == 1 and weights.max().item() == 1
+    slot = int(weights.argmax())
+    ids = torch.randint(0, len(tokenizer), (1, 6), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = model(ids).logits
+        expected = base(ids).logits if slot == 0 else PeftModel.from_pretrained(copy.deepcopy(base), str(dirs[slot - 1])).eval()(ids).logits
+        # per-call weights (a batch mixing two routes) override the stored ones
+        both = model(ids.repeat(2, 1), routing_weights=torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])).logits
+    assert torch.allclose(got, expected, atol=1e-5, rtol=0)
+    for row, d in enumerate(dirs):
+        reference = PeftModel.from_pretrained(copy.deepcopy(base), str(d)).eval()
+        with torch.no_grad():
+            assert torch.allclose(both[row], reference(ids).logits[0], atol=1e-5, rtol=0)
+
+
+def test_merge_equals_w_plus_weighted_sum_of_scaled_lora_products_exactly(setup):
+    base, _, dirs = setup
+    alpha = [0.7, 0.3]
+    merged = merge_adapters(copy.deepcopy(base), [load_adapter(d) for d in dirs], alpha)
+    # the hand computation reads the PEFT files directly
+    deltas = {}
+    for weight, d in zip(alpha, dirs):
+        config = json.loads((d / "adapter_config.json").read_text())
+        scaling = config["lora_alpha"] / config["r"]
+        state = load_file(str(d / "adapter_model.safetensors"))
+        for key in state:
+            if key.endswith(".lora_A.weight"):
+                module = key[len("base_model.model."):-len(".lora_A.weight")]
+                B = state[key.replace("lora_A", "lora_B")].double()
+                delta = (weight * scaling) * (B @ state[key].double())
+                deltas[module] = deltas[module] + delta if module in deltas else delta
+    assert "model.layers.0.self_attn.k_proj" in deltas and "model.layers.1.mlp.down_proj" in deltas
+    originals = dict(base.named_parameters())
+    for name, p in merged.named_parameters():
+        module = name[: -len(".weight")]
+        if module in deltas:
+            assert torch.equal(p, (originals[name].double() + deltas[module]).to(p.dtype)), name
+        else:
+            assert torch.equal(p, originals[name]), name
+
+
+def test_merged_weights_match_the_low_rank_merge_mode(setup):
+    base, _, dirs = setup
+    adapters = [load_adapter(d) for d in dirs]
+    merged = merge_adapters(copy.deepcopy(base), adapters, [0.7, 0.3])
+    model = copy.deepcopy(base)
+    composition = compose(model, adapters, CAPS, mode="merge")
+    composition.task_weights = torch.tensor([[0.0, 0.7, 0.3]])
+    ids = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
