@@ -1,0 +1,188 @@
+"""`tracerl synthesize` (one validated, calibrated env per selected capability) and `tracerl calibrate`."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from tracerl.core.errors import InputError
+
+MODEL_HELP = "Base policy: 'tiny-agent' (the shipped agent), a Hugging Face model path, or 'scripted:ACCURACY'."
+
+
+def make_policy(model: str, temperature: float, seed: int) -> Any:
+    """The base policy for calibration (see MODEL_HELP)."""
+    if model.startswith("scripted:"):
+        from tracerl.synthesis.scripted import NoisyOraclePolicy
+
+        try:
+            accuracy = float(model.split(":", 1)[1])
+            return NoisyOraclePolicy(accuracy=accuracy, seed=seed)
+        except ValueError as e:
+            raise InputError(f"--model {model}: {e}") from None
+    from tracerl.models.local import LocalPolicy, load_model
+
+    net, tokenizer = load_model(model)
+    return LocalPolicy(net, tokenizer, temperature=temperature, seed=seed, name=model)
+
+
+def load_bands(path: Optional[Path]):
+    from pydantic import ValidationError
+
+    from tracerl.core.io import describe_validation_error, read_json
+    from tracerl.synthesis.calibration import CalibrationBands
+
+    if path is None:
+        return CalibrationBands()
+    try:
+        return CalibrationBands.model_validate(read_json(path))
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e), path=str(path)) from None
+
+
+def _calibrate_with_progress(env_dir: Path, policy: Any, seeds: int, group_size: int, bands: Any, max_rounds: int,
+                             settings: dict[str, Any]):
+    from rich.progress import Progress
+
+    from tracerl.synthesis.synthesize import calibrate_env_dir
+
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"calibrating {env_dir.name}", total=seeds * group_size * max_rounds)
+        return calibrate_env_dir(env_dir, policy, seeds=seeds, group_size=group_size, bands=bands,
+                                 max_rounds=max_rounds, settings=settings,
+                                 on_done=lambda _t: progress.advance(task))
+
+
+def synthesize(
+    capabilities: Path = typer.Option(..., "--capabilities", help="capabilities.json from `tracerl select`."),
+    target: str = typer.Option(..., "--target", help="'airline' (built-in) or a τ²-bench tools.json."),
+    out: Path = typer.Option(..., "--out", help="Folder for the env directories (<out>/<capability>/)."),
+    generator: str = typer.Option("template", "--generator", help="'template' (built-in, LLM for the rest) or 'llm'."),
+    no_calibrate: bool = typer.Option(False, "--no-calibrate", help="Skip calibration."),
+    difficulty: int = typer.Option(1, "--difficulty", min=0, max=4, help="Starting difficulty (0–4)."),
+    model: str = typer.Option("tiny-agent", "--model", help=MODEL_HELP),
+    seeds: int = typer.Option(100, "--seeds", min=1, help="Calibration seeds (groups)."),
+    group_size: int = typer.Option(16, "--group-size", min=1, help="Samples per seed."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature of the base policy."),
+    max_rounds: int = typer.Option(5, "--max-rounds", min=1, help="Difficulty rounds / LLM generation rounds."),
+    bands: Optional[Path] = typer.Option(None, "--bands", help="JSON overriding TRACE's acceptance bands."),
+    llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model that writes environments (OpenAI-compatible)."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Its endpoint, e.g. http://localhost:8000/v1."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed of the base policy."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
+) -> None:
+    """One validated (and calibrated) training environment per selected capability."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tracerl.core.io import write_json
+    from tracerl.synthesis.synthesize import read_selected_capabilities, synthesize_capability
+    from tracerl.synthesis.target import load_target
+
+    if generator not in ("template", "llm"):
+        raise InputError(f"--generator must be 'template' or 'llm', got '{generator}'")
+    caps = read_selected_capabilities(capabilities)
+    if not caps:
+        raise InputError("no capability is selected", path=str(capabilities))
+    tgt = load_target(target)
+    band_config = load_bands(bands)
+    llm = None
+    if llm_model:
+        from openai import OpenAI
+
+        client = OpenAI(base_url=llm_base_url, api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"))
+        llm = (client, llm_model)
+    policy = None if no_calibrate else make_policy(model, temperature, seed)
+    rows, records = [], []
+    for cap in caps:
+        outcome = synthesize_capability(cap, tgt, out, generator=generator, difficulty=difficulty, llm=llm,
+                                        max_rounds=max_rounds)  # type: ignore[arg-type]
+        calibration = None
+        if outcome.ok and policy is not None:
+            assert outcome.env_dir is not None
+            calibration = _calibrate_with_progress(outcome.env_dir, policy, seeds, group_size, band_config, max_rounds,
+                                                   {"temperature": temperature, "model": model, "seed": seed})
+        record = {**cap, "status": "DONE" if outcome.ok else "FAILED",
+                  "environment": str(outcome.env_dir) if outcome.env_dir else None, "source": outcome.source,
+                  "checks": outcome.checks.model_dump() if outcome.checks else None, "error": outcome.error}
+        if calibration is not None:
+            record["calibration"] = {"accepted": calibration.accepted, "difficulty": calibration.difficulty,
+                                     "stop_reason": calibration.stop_reason, **calibration.stats.model_dump()}
+        records.append(record)
+        rows.append((outcome, calibration))
+    write_json(out / "synthesis.json", {"target": tgt.name, "generator": generator, "capabilities": records})
+    if as_json:
+        typer.echo(json.dumps(records, indent=2, ensure_ascii=False))
+    else:
+        table = Table(title=f"environments for {tgt.name}")
+        for col in ("capability", "source", "oracle 1.0", "schema", "band", "difficulty", "pass@1", "pass@16"):
+            table.add_column(col, no_wrap=col == "capability")
+        notes = []
+        for outcome, cal in rows:
+            def mark(name: str) -> str:
+                found = outcome.checks.get(name) if outcome.checks else None
+                return "✓" if found is not None and found.passed else "✗"
+
+            band = "-" if cal is None else ("✓" if cal.accepted else "✗")
+            p1 = "-" if cal is None else f"{cal.stats.pass_at_k['1']:.2f}"
+            p16 = "-" if cal is None or "16" not in cal.stats.pass_at_k else f"{cal.stats.pass_at_k['16']:.2f}"
+            table.add_row(outcome.capability, outcome.source, mark("oracle"), mark("schema"), band,
+                          "-" if cal is None else str(cal.difficulty), p1, p16)
+            note = outcome.error or (cal.stop_reason if cal is not None and not cal.accepted else "")
+            if note:
+                notes.append(f"{outcome.capability}: {note}")
+        console = Console()
+        console.print(table)
+        for note in notes:
+            console.print(note, highlight=False, soft_wrap=True)
+    if not all(o.ok for o, _ in rows):
+        raise typer.Exit(1)
+
+
+def calibrate_command(
+    env_dir: Path = typer.Argument(..., help="An env directory (envs/<capability>/)."),
+    model: str = typer.Option("tiny-agent", "--model", help=MODEL_HELP),
+    seeds: int = typer.Option(100, "--seeds", min=1, help="Seeds (groups)."),
+    group_size: int = typer.Option(16, "--group-size", min=1, help="Samples per seed."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature."),
+    max_rounds: int = typer.Option(5, "--max-rounds", min=1, help="Difficulty adjustment rounds."),
+    bands: Optional[Path] = typer.Option(None, "--bands", help="JSON overriding TRACE's acceptance bands."),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed of the policy."),
+    as_json: bool = typer.Option(False, "--json", help="Print calibration.json on stdout."),
+) -> None:
+    """Roll the base policy out on an env (seeds × group size), check TRACE's bands, adjust difficulty."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tracerl.synthesis.envdir import load_env_spec
+
+    load_env_spec(env_dir)  # bad directory → one-line error before any model is loaded
+    band_config = load_bands(bands)
+    policy = make_policy(model, temperature, seed)
+    result = _calibrate_with_progress(env_dir, policy, seeds, group_size, band_config, max_rounds,
+                                      {"temperature": temperature, "model": model, "seed": seed})
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json"), indent=2))
+        return
+    table = Table(title=f"calibration of {env_dir.name}: {'accepted' if result.accepted else 'not accepted'} "
+                        f"at difficulty {result.difficulty} ({result.stop_reason})")
+    for col in ("difficulty", "mean", "success", "std", "all-succ", "all-zero", "constant", "informative",
+                "pass@1", "pass@4", "pass@8", "pass@16", "band"):
+        table.add_column(col)
+    for r in result.rounds:
+        s = r.stats
+        pk = [f"{s.pass_at_k[k]:.2f}" if k in s.pass_at_k else "-" for k in ("1", "4", "8", "16")]
+        table.add_row(str(r.difficulty), f"{s.mean_reward:.3f}", f"{s.success_rate:.3f}", f"{s.reward_std:.3f}",
+                      f"{s.all_success:.2f}", f"{s.all_zero:.2f}", f"{s.constant:.2f}", f"{s.informative:.2f}", *pk,
+                      "✓" if r.accepted else "✗")
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to the `tracerl` app."""
+    app.command("synthesize")(synthesize)
+    app.command("calibrate")(calibrate_command)

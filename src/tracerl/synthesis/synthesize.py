@@ -1,0 +1,143 @@
+"""Step 2 end to end: selected capabilities → validated env directories → calibrated difficulty.
+
+`synthesize_capability` builds one env directory (template when one fits and the generator is
+"template", else an LLM-written module checked in the sandbox); `calibrate_env_dir` measures the
+base policy on it, moves its difficulty into TRACE's bands when it can, and writes
+calibration.json (and the chosen difficulty into env.json).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tracerl.core.errors import InputError
+from tracerl.core.io import read_json, write_json
+from tracerl.core.policy import Policy
+from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult, calibrate
+from tracerl.synthesis.checks import DEFAULT_SEEDS, CheckReport, validate_env
+from tracerl.synthesis.envdir import (
+    CALIBRATION_JSON, ENV_JSON, MODULE_PY, EnvSpec, load_env_dir, load_env_spec, write_env_dir,
+)
+from tracerl.synthesis.sandbox import SandboxLimits
+from tracerl.synthesis.target import Target
+from tracerl.synthesis.templates import MAX_DIFFICULTY, template_for
+
+Generator = Literal["template", "llm"]
+
+
+@dataclass
+class SynthesisOutcome:
+    capability: str
+    source: str  # "template", "llm" or "-" (nothing built)
+    env_dir: Path | None
+    checks: CheckReport | None
+    error: str | None = None
+    rounds: int = 0  # LLM generation rounds used
+
+    @property
+    def ok(self) -> bool:
+        return self.env_dir is not None and self.error is None
+
+
+def read_selected_capabilities(path: str | Path) -> list[dict[str, Any]]:
+    """The selected capabilities of a capabilities.json (top-level `capabilities`, each with `selected`)."""
+    data = read_json(path)
+    caps = data.get("capabilities") if isinstance(data, dict) else None
+    if not isinstance(caps, list):
+        raise InputError("expected an object with a 'capabilities' list", path=str(path))
+    selected = []
+    for i, cap in enumerate(caps):
+        if not isinstance(cap, dict) or not isinstance(cap.get("name"), str):
+            raise InputError(f"capability {i} has no 'name'", path=str(path))
+        if cap.get("selected", False):
+            selected.append(cap)
+    return selected
+
+
+def capability_examples(cap: dict[str, Any], limit: int = 1500) -> list[str]:
+    """Example failed trajectories of a capability record, as short texts for a prompt."""
+    raw = cap.get("example_failed") or cap.get("examples") or cap.get("example_failed_cases") or cap.get("example_trajectories") or []
+    return [(e if isinstance(e, str) else json.dumps(e, ensure_ascii=False))[:limit] for e in raw[:3]]
+
+
+def synthesize_capability(
+    cap: dict[str, Any],
+    target: Target,
+    out_dir: Path,
+    *,
+    generator: Generator = "template",
+    difficulty: int = 1,
+    llm: tuple[Any, str] | None = None,  # (openai client, model name)
+    max_rounds: int = 5,
+    limits: SandboxLimits | None = None,
+    seeds: int = len(DEFAULT_SEEDS),
+) -> SynthesisOutcome:
+    """Build, check and write `out_dir/<capability>/` for one capability record."""
+    name = cap["name"]
+    description = cap.get("description", "")
+    env_dir = out_dir / name
+    template = template_for(name) if generator == "template" else None
+    if template is not None:
+        report = validate_env(lambda: template(target, difficulty=difficulty), target.tools, seeds=range(seeds))
+        if not report.passed:
+            return SynthesisOutcome(name, "template", None, report, error=report.failures())
+        spec = EnvSpec(capability=name, description=description or template.description, source="template",
+                       template=template.capability, target=target.name, difficulty=difficulty)
+        write_env_dir(env_dir, spec, target, checks=report.model_dump())
+        return SynthesisOutcome(name, "template", env_dir, report)
+    if llm is None:
+        why = "no built-in template for it" if generator == "template" else "generator 'llm' chosen"
+        return SynthesisOutcome(name, "-", None, None,
+                                error=f"{why} and no LLM configured (--llm-model, --llm-base-url)")
+    from tracerl.synthesis.llm import generate_env_module
+
+    client, model = llm
+    limits = limits or SandboxLimits(seeds=seeds, difficulty=difficulty)
+    result = generate_env_module({"name": name, "description": description}, target, client, model,
+                                 examples=capability_examples(cap), max_rounds=max_rounds, limits=limits)
+    if not result.ok or result.source is None:
+        return SynthesisOutcome(name, "llm", None, result.sandbox.report if result.sandbox else None,
+                                error=f"no valid module after {len(result.rounds)} rounds: {result.last_problem}",
+                                rounds=len(result.rounds))
+    spec = EnvSpec(capability=name, description=description, source="llm", module=MODULE_PY, target=target.name,
+                   difficulty=limits.difficulty)
+    report = result.sandbox.report if result.sandbox else None
+    write_env_dir(env_dir, spec, target, checks=report.model_dump() if report else None, module_source=result.source)
+    return SynthesisOutcome(name, "llm", env_dir, report, rounds=len(result.rounds))
+
+
+def calibrate_env_dir(
+    env_dir: str | Path,
+    policy: Policy,
+    *,
+    seeds: int = 100,
+    group_size: int = 16,
+    bands: CalibrationBands | None = None,
+    max_rounds: int = 5,
+    settings: dict[str, Any] | None = None,
+    on_done: Callable[[Any], None] | None = None,
+    seed_start: int = 0,
+) -> CalibrationResult:
+    """Calibrate the env of `env_dir` with `policy`; write calibration.json and the chosen difficulty."""
+    env_dir = Path(env_dir)
+    spec = load_env_spec(env_dir)
+    result = calibrate(
+        lambda level: load_env_dir(env_dir, difficulty=level),
+        policy,
+        difficulty=spec.difficulty,
+        seeds=range(seed_start, seed_start + seeds),
+        group_size=group_size,
+        bands=bands,
+        max_rounds=max_rounds,
+        max_difficulty=MAX_DIFFICULTY,  # LLM-written modules take the same 0–4 knob (see llm.CONTRACT)
+        settings=settings,
+        on_done=on_done,
+    )
+    write_json(env_dir / CALIBRATION_JSON, result.model_dump(mode="json"))
+    if result.difficulty != spec.difficulty:
+        write_json(env_dir / ENV_JSON, spec.model_copy(update={"difficulty": result.difficulty}).model_dump())
+    return result
