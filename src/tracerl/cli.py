@@ -26,13 +26,14 @@ def _register_commands() -> None:
     from tracerl.evaluation import report_commands; report_commands.register(app)  # noqa: E702
     from tracerl.selection import commands as selection_commands; selection_commands.register(app)  # noqa: E702
     from tracerl.composition import commands as composition_commands; composition_commands.register(app)  # noqa: E702
+    from tracerl.synthesis import commands as synthesis_commands; synthesis_commands.register(app)  # noqa: E702
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and returns its exit code (2 and one line for bad input)."""
     _register_commands()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
     except InputError as e:
         console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         return 2
@@ -47,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             e.show()
             return 2
         raise
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def entry() -> None:
