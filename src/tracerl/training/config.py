@@ -72,6 +72,7 @@ class TrainConfig(BaseModel):
     max_rollouts: int | None = Field(None, ge=1, description="stop before a step would exceed this many rollouts")
     eval_steps: int = Field(5, ge=1, description="evaluate every this many steps (and at step 0)")
     eval_episodes: int = Field(64, ge=0, description="held-out seeds per evaluation (greedy)")
+    train_seeds: int = Field(100_000, ge=1, description="training task seeds are drawn from [0, train_seeds)")
     eval_seed_start: int = Field(1_000_000, ge=0, description="held-out seeds are eval_seed_start + i")
     save_steps: int = Field(1, ge=1, description="checkpoint every this many steps")
     seed: int = 0
@@ -79,6 +80,8 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
+        if self.eval_episodes and self.eval_seed_start < self.train_seeds:
+            raise ValueError("eval_seed_start must be ≥ train_seeds: held-out seeds may not be training seeds")
         if self.hint_fraction > 0 and round(self.hint_fraction * self.num_generations) == 0:
             raise ValueError("hint_fraction × num_generations rounds to 0 hinted rollouts")
         return self

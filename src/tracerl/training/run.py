@@ -130,3 +130,45 @@ def _server_backend(config: TrainConfig, server_url: str, lora_name: str, tokeni
                             max_tokens=config.max_new_tokens)
 
     return ServerBackend(make_policy, VLLMAdapterSync(server_url, lora_name))
+
+
+def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any]]:
+    """`--env` → (factory, name, defaults): a synthesized env directory (validated) or a registered env name.
+
+    `defaults` are training options the environment states (a synthetic env's `hint_fraction`).
+    """
+    path = Path(spec)
+    if path.is_dir():
+        from tracerl.synthesis.checks import validate_env
+        from tracerl.synthesis.envdir import load_env_dir, load_env_spec, load_target_json
+
+        env_spec = load_env_spec(path)
+        make_env = load_env_dir(path)
+        check_env(make_env, str(path))
+        report = validate_env(make_env, list(load_target_json(path).tools))
+        if not report.passed:
+            first = report.failures().splitlines()[0]
+            raise InputError(f"{path}: the environment fails validation: {first}")
+        return make_env, env_spec.capability, {"hint_fraction": env_spec.hint_fraction}
+    from tracerl.envs.registry import ENV_FACTORIES, make_env as make_registered
+
+    name = str(spec)
+    if name not in ENV_FACTORIES:
+        raise InputError(f"--env {name}: neither an environment directory nor a known environment "
+                         f"({', '.join(sorted(ENV_FACTORIES))})")
+    factory = lambda: make_registered(name)  # noqa: E731
+    check_env(factory, name)
+    return factory, name, {}
+
+
+def capability_dirs(root: str | Path) -> list[Path]:
+    """The synthesized environment directories under `root` (those holding an env.json), sorted."""
+    from tracerl.synthesis.envdir import ENV_JSON
+
+    root = Path(root)
+    if not root.is_dir():
+        raise InputError(f"--env {root}: not a directory")
+    found = sorted(p for p in root.iterdir() if (p / ENV_JSON).exists())
+    if not found:
+        raise InputError(f"--env {root}: no environment directories (with {ENV_JSON}) inside")
+    return found

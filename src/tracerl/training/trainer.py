@@ -41,8 +41,6 @@ from tracerl.training.distributed import World, all_gather, all_reduce_grads_, a
 from tracerl.training.loss import BatchCounts, policy_loss, token_logprobs
 from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
 
-TRAIN_SEED_RANGE = 1_000_000  # training task seeds are drawn from [0, this); keep eval_seed_start ≥ it
-
 
 class RolloutBackend(Protocol):
     """Where rollouts come from: the training model itself, or a server that hot-swaps the adapter."""
@@ -185,7 +183,7 @@ class GRPOTrainer:
     def _sample_round(self, step: int, round_: int) -> list[list[Trajectory]]:
         cfg = self.cfg
         rng = random.Random(derive_seed(cfg.seed, step, round_, "seeds"))
-        seeds = [rng.randrange(TRAIN_SEED_RANGE) for _ in range(cfg.groups_per_step)]
+        seeds = [rng.randrange(cfg.train_seeds) for _ in range(cfg.groups_per_step)]
         mine = self.world.shard(list(range(cfg.groups_per_step)))
         episodes = [
             Episode(seed=seeds[g], options={"hint": True} if i < cfg.hinted_per_group else {}, adapter=self.adapter_name)

@@ -1,0 +1,97 @@
+"""`tracerl train`: a short real run, and bad input rejected before anything is written."""
+
+import json
+
+import pytest
+import torch
+from training_helpers import save_tiny_base
+
+from tracerl.cli import main
+
+CONFIG = """num_generations: 2
+groups_per_step: 2
+max_steps: 1
+max_new_tokens: 6
+eval_episodes: 2
+learning_rate: 0.002
+lora: {r: 4, lora_alpha: 8}
+"""
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return save_tiny_base(tmp_path_factory.mktemp("base"))
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text(CONFIG)
+    return str(path)
+
+
+def test_train_on_the_target_env_json(base, config, tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "grpo-airline"
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["capability"] == "airline" and summary["steps"] == 1
+    assert summary["rollouts_used"] >= 4 and summary["eval_success_first"] is not None
+    assert (out / "adapter_model.safetensors").exists() and (out / "checkpoint" / "state.json").exists()
+    # a second run into the same folder must say --resume
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config]) == 2
+    assert "--resume" in capsys.readouterr().err
+    # resuming a finished run does nothing more
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--resume",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["steps"] == 1
+
+
+def _fails_before_writing(args, out, capsys, *needles):
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and all(n in err for n in needles), err
+    assert not out.exists()
+
+
+def test_bad_environment_directory(base, config, tmp_path, capsys):
+    bad = tmp_path / "envs" / "broken"
+    bad.mkdir(parents=True)
+    (bad / "env.json").write_text('{"capability": "broken"}')  # no target, no template
+    out = tmp_path / "out"
+    _fails_before_writing(["train", "--env", str(bad), "--base", base, "--out", str(out), "--config", config],
+                          out, capsys, "env.json")
+    _fails_before_writing(["train", "--env", "no-such-env", "--base", base, "--out", str(out)], out, capsys,
+                          "no-such-env")
+
+
+def test_base_model_that_does_not_load(config, tmp_path, capsys):
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    out = tmp_path / "out"
+    _fails_before_writing(["train", "--env", "airline", "--base", str(empty), "--out", str(out), "--config", config],
+                          out, capsys, "not-a-model")
+
+
+def test_adapter_incompatible_with_base(base, config, tmp_path, capsys):
+    from peft import LoraConfig, get_peft_model
+
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    # a LoRA made for a model of another width
+
+    wide = Qwen3ForCausalLM(Qwen3Config(vocab_size=300, hidden_size=48, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=12))
+    adapter = tmp_path / "wide-adapter"
+    get_peft_model(wide, LoraConfig(r=4, target_modules=["q_proj", "v_proj"])).save_pretrained(adapter)
+    out = tmp_path / "out"
+    _fails_before_writing(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config,
+                           "--adapter", str(adapter)], out, capsys, "does not fit the base model")
+
+
+def test_bad_config_value(base, tmp_path, capsys):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("loss_type: ppo\n")
+    out = tmp_path / "out"
+    _fails_before_writing(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(cfg)],
+                          out, capsys, "bad.yaml", "loss_type")
