@@ -26,6 +26,7 @@ def _register_commands() -> None:
     from tracerl.evaluation import report_commands; report_commands.register(app)  # noqa: E702
     from tracerl.selection import commands as selection_commands; selection_commands.register(app)  # noqa: E702
     from tracerl.composition import commands as composition_commands; composition_commands.register(app)  # noqa: E702
+    from tracerl.training import commands as training_commands; training_commands.register(app)  # noqa: E702
     from tracerl.synthesis import commands as synthesis_commands; synthesis_commands.register(app)  # noqa: E702
 
 
