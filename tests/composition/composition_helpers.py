@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import torch
@@ -30,9 +31,6 @@ def make_adapter(base: Qwen3ForCausalLM, out: Path, *, seed: int, r: int = 4, al
                  targets: list[str] | None = None, base_name: str | None = None, **lora_kwargs) -> Path:
     """Save a PEFT LoRA adapter of a copy of `base` with random non-zero A and B to `out`."""
     model = copy.deepcopy(base)
-    if base_name is not None:
-        model.config.name_or_path = base_name
-        model.name_or_path = base_name
     config = LoraConfig(r=r, lora_alpha=alpha, target_modules=targets or ALL_PROJ, lora_dropout=0.0, **lora_kwargs)
     peft_model = get_peft_model(model, config)
     generator = torch.Generator().manual_seed(seed)
@@ -41,6 +39,11 @@ def make_adapter(base: Qwen3ForCausalLM, out: Path, *, seed: int, r: int = 4, al
             if "lora_" in name:
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
     peft_model.save_pretrained(str(out))
+    if base_name is not None:  # as if trained on that base (set after saving: PEFT would look the name up)
+        config_path = out / "adapter_config.json"
+        config = json.loads(config_path.read_text())
+        config["base_model_name_or_path"] = base_name
+        config_path.write_text(json.dumps(config))
     return out
 
 

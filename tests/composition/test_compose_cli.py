@@ -1,0 +1,112 @@
+"""`tracerl compose` end to end on a tiny saved base: the composed directory, load_composed, sampling."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from composition_helpers import make_adapter, save_base, tiny_model, toy_tokenizer
+from safetensors.torch import load_file
+
+from tracerl.cli import main
+from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
+from tracerl.composition.artifact import load_composed
+from tracerl.composition.build import split_heldout
+from tracerl.composition.policy import ComposedPolicy
+from tracerl.core.io import read_jsonl, write_jsonl
+from tracerl.core.messages import Message
+from tracerl.core.policy import Session
+from tracerl.core.trajectory import Trajectory
+from tracerl.models.local import LocalPolicy
+
+REQUESTS = {
+    "alpha": ["cancel my reservation please", "please cancel reservation 12", "cancel the reservation now"],
+    "beta": ["look up the order status", "what is the order status of 7", "look up order 9 status"],
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compose")
+    tokenizer = toy_tokenizer()
+    base = tiny_model(seed=0, vocab=len(tokenizer))
+    base_dir = save_base(base, tokenizer, root / "base")
+    adapters = [make_adapter(base, root / "adapters" / name, seed=i + 1, base_name=str(base_dir)) for i, name in enumerate(REQUESTS)]
+    trajectories = [
+        Trajectory(
+            task_id=f"{name}-{k}", domain=f"env_{name}", seed=k, passed=True, reward=1.0, info={"capability": name},
+            messages=[Message.system("You are a support agent."), Message.user(f"{text} (ticket {k})"), Message.assistant("done")],
+        )
+        for name, texts in REQUESTS.items() for k in range(8) for text in [texts[k % 3]]
+    ]
+    write_jsonl(root / "rollouts.jsonl", trajectories)
+    (root / "capabilities.json").write_text(json.dumps({"capabilities": [
+        {"name": "alpha", "description": "cancelling reservations", "selected": True},
+        {"name": "beta", "description": "looking up orders", "selected": True},
+    ]}))
+    return root, base_dir, adapters, tokenizer
+
+
+def compose_cli(root, base_dir, adapters, out, *extra):
+    return main(["compose", "--adapters", *map(str, adapters), "--base", str(base_dir), "--out", str(out),
+                 "--capabilities", str(root / "capabilities.json"), "--trajectories", str(root / "rollouts.jsonl"), *extra])
+
+
+def test_compose_moe_writes_a_loadable_directory(workspace, capsys):
+    root, base_dir, adapters, tokenizer = workspace
+    out = root / "composed-moe"
+    assert compose_cli(root, base_dir, adapters, out, "--mode", "moe", "--max-steps", "40", "--learning-rate", "0.05", "--json") == 0
+    printed = json.loads(capsys.readouterr().out)
+    spec = json.loads((out / "composition.json").read_text())
+    assert printed == spec
+    assert spec["slots"] == ["base", "alpha", "beta"] and spec["model_name"] == "composed-moe"
+    assert [(c["name"], c["slot"], c["description"]) for c in spec["capabilities"]] == [("alpha", 1, "cancelling reservations"), ("beta", 2, "looking up orders")]
+    assert spec["gate_parameters"] == 2 * (32 * 3 + 3)
+    assert spec["adapters"][0]["path"] == "../adapters/alpha" and spec["base"] == "../base"
+    assert spec["gate_training"]["examples"] > 0 and spec["gate_training"]["final"]["step"] == 40
+    accuracy = spec["routing_accuracy"]
+    assert accuracy["num_prompts"] == 4 and set(accuracy["per_capability"]) == {"alpha", "beta"}
+    gates = load_file(str(out / "gates.safetensors"))
+    assert sorted(gates) == ["gates.0.bias", "gates.0.weight", "gates.1.bias", "gates.1.weight"]
+
+    model = load_composed(out)
+    composition = model.tracerl_composition
+    assert torch.equal(composition.gates[1].weight, gates["gates.1.weight"])
+    _, heldout = split_heldout(read_jsonl(root / "rollouts.jsonl", Trajectory), 0.2, 0)
+    assert routing_accuracy(composition, tokenizer, prompts_from_trajectories(heldout)) == accuracy
+    # pluggable into the local backend: an HF causal LM with a working KV cache
+    policy = LocalPolicy(model, tokenizer, max_new_tokens=5, seed=0)
+    sessions = [Session(messages=[Message.system("s"), Message.user(t)], tools=[]) for t in ("cancel my reservation", "look up the order")]
+    replies = policy.act(sessions)
+    assert len(replies) == 2 and all(s.tokens is not None and sum(s.tokens.mask) >= 1 for s in sessions)
+
+
+def test_compose_router_mode_and_composed_policy(workspace):
+    root, base_dir, adapters, _ = workspace
+    out = root / "composed-router"
+    assert compose_cli(root, base_dir, adapters, out, "--mode", "router") == 0
+    spec = json.loads((out / "composition.json").read_text())
+    assert spec["mode"] == "router" and spec["router"]["labels"] == ["A", "B", "C"] and spec["gate_parameters"] == 0
+    assert not (out / "gates.safetensors").exists()
+    assert 0.0 <= spec["routing_accuracy"]["overall"] <= 1.0
+    model = load_composed(out)
+    policy = ComposedPolicy(model, max_new_tokens=4, seed=0, name="composed-router")
+    sessions = [Session(messages=[Message.system("s"), Message.user(t)], tools=[], adapter="composed-router") for t in ("cancel it", "order status")]
+    assert len(policy.act(sessions)) == 2
+    for s in sessions:
+        assert set(s.info["routing"]) == {"base", "alpha", "beta"} and sorted(s.info["routing"].values()) == [0.0, 0.0, 1.0]
+    sessions[0].messages += [Message.assistant("ok"), Message.user("thanks")]
+    routing = dict(sessions[0].info["routing"])
+    policy.act(sessions[:1])  # a later turn keeps the session's route
+    assert sessions[0].info["routing"] == routing
+
+
+def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):
+    root, base_dir, adapters, _ = workspace
+    out = root / "never"
+    assert compose_cli(root, base_dir, adapters[:1], out) == 2
+    err = capsys.readouterr().err
+    assert "no adapter for ['beta']" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "composition.json").exists()
+    assert main(["compose", "--adapters", str(adapters[0]), "--base", str(base_dir), "--out", str(out), "--mode", "mixture"]) == 2
