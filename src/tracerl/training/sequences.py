@@ -6,10 +6,18 @@ replaces that prompt by the hint-free one, templated the same way, and keeps eve
 
     training ids = render_prompt(prompt without hint) + ids[prompt_len:]
 
-so hint tokens never reach the model during the gradient step. The sampler's log-probs of a hinted
-rollout were taken *with* the hint in context; the trainer recomputes them on the hint-free context
-with the sampling weights before the first pass (see `GRPOTrainer`), so that the importance ratio
-measures only the policy update, as for the other rollouts (choice documented in training/README).
+so hint tokens never reach the model during the gradient step.
+
+The ratio of a hinted rollout. Its sampler log-probs were taken *with* the hint in context. The
+trainer replaces them, before the first optimisation pass, by the log-probs of the same tokens on
+the hint-free context under the sampling weights (`GRPOTrainer._prepare_old_logprobs`), so the
+importance ratio of a hinted rollout — like that of every other rollout — measures only how far the
+update has moved the policy, and the clip range keeps its meaning as a trust region. (Using the
+with-hint log-probs instead would make ρ = π(a | no hint) / π(a | hint), far from 1 exactly on the
+tokens the hint made likely: with A > 0 their gradient would be scaled by ρ ≪ 1, with A < 0 clipped
+to zero — the hint would teach little.)
+The price is a known bias: hinted actions are trained as if the hint-free policy had sampled them,
+which is the point of hints (TRACE: "stripped from the prompt before the gradient step").
 """
 
 from __future__ import annotations
