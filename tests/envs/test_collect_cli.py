@@ -1,0 +1,50 @@
+"""`tracerl collect`: the oracle reports 100%, the same seed writes the same bytes, bad flags exit 2."""
+
+import json
+
+import pytest
+
+from tracerl.cli import main
+from tracerl.core.io import read_jsonl
+from tracerl.core.trajectory import Trajectory
+
+
+def test_oracle_collect_reports_full_pass(tmp_path, capsys):
+    out = tmp_path / "rollouts.jsonl"
+    assert main(["collect", "--env", "airline", "--policy", "oracle", "--tasks", "200", "--split", "test",
+                 "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "100.0% (200/200)" in table and "termination: user_stop" in table and "mean turns" in table
+    trajectories = read_jsonl(out, Trajectory)
+    assert len(trajectories) == 200 and all(t.passed for t in trajectories)
+    assert trajectories[0].seed == 1_000_000 and trajectories[0].domain == "airline"
+
+
+def test_same_seed_gives_byte_identical_files(tmp_path, capsys):
+    args = ["collect", "--policy", "flawed:0.3,0.3,0.3,0.3", "--tasks", "60", "--split", "train", "--json"]
+    paths = [tmp_path / name for name in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    assert main([*args, "--seed", "7", "--out", str(paths[0])]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert main([*args, "--seed", "7", "--out", str(paths[1])]) == 0
+    assert main([*args, "--seed", "8", "--out", str(paths[2])]) == 0
+    assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
+    assert summary["episodes"] == 60 and 0 < summary["pass_rate"] < 1
+    assert set(summary["planted_faults"]) <= {"skip_precondition", "stop_early", "mispick", "corrupt_argument"}
+    assert sum(summary["by_task_kind"][k]["episodes"] for k in summary["by_task_kind"]) == 60
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--env", "nowhere"], "unknown environment 'nowhere'"),
+    (["--policy", "bogus"], "unknown policy 'bogus'"),
+    (["--policy", "flawed:0.2,1.2"], "p2 = 1.2 is outside [0, 1]"),
+    (["--policy", "flawed:a,b"], "must be numbers"),
+    (["--split", "dev"], "--split must be one of train, test"),
+    (["--tasks", "0"], "--tasks must be at least 1"),
+    (["--offset", "99999", "--split", "train", "--tasks", "5"], "exceeds"),
+])
+def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, flags, message):
+    out = tmp_path / "r.jsonl"
+    assert main(["collect", *flags, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not out.exists()

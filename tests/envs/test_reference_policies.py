@@ -1,0 +1,175 @@
+"""Reference policies: the oracle passes every test task; the flawed policy's failures have the mix its rates imply."""
+
+import json
+import math
+
+import pytest
+
+from tracerl.core.errors import InputError
+from tracerl.core.policy import Policy
+from tracerl.envs.airline import AirlineEnv, generate_task, task_seeds
+from tracerl.envs.reference import FAULTS, ScriptedAirlinePolicy
+from tracerl.envs.registry import POLICY_FACTORIES, make_env, make_policy
+from tracerl.envs.runner import Episode, rollout
+
+
+def _run(spec: str, seeds: list[int], seed: int = 0, batch_size: int = 64):
+    return rollout(lambda: make_env("airline"), make_policy(spec, seed=seed), [Episode(seed=s) for s in seeds],
+                   batch_size=batch_size)
+
+
+def test_oracle_passes_200_of_200_test_tasks():
+    trajectories = _run("oracle", task_seeds("test", 200))
+    assert [t.reward for t in trajectories] == [1.0] * 200
+    assert all(t.termination == "user_stop" and "faults" not in t.info for t in trajectories)
+
+
+def test_episodes_have_a_models_shape():
+    """One tool call (with an id) or one text per assistant turn; every call answered by a tool message."""
+    for t in _run("flawed:0.3,0.3,0.3,0.3", task_seeds("train", 40)):
+        answered = {m.tool_call_id for m in t.messages if m.role == "tool"}
+        for m in t.messages:
+            if m.role == "assistant":
+                assert (m.content is None) != (m.tool_calls is None)
+                assert all(c.id in answered for c in (m.tool_calls or []))
+        assert t.info["task_kind"] and "gold_actions" in t.info and "reasoning_args" in t.info
+
+
+def _handled(task, drawn):
+    subs = task.subtasks
+    return subs[:1] if "stop_early" in drawn and len(subs) > 1 else subs
+
+
+def _applicable(task, fault, drawn) -> bool:
+    """Whether a drawn fault can change this task's outcome (written independently of the policy)."""
+    subs, handled = task.subtasks, _handled(task, drawn)
+    if fault == "skip_precondition":
+        return any(not s.allowed for s in handled)
+    if fault == "stop_early":
+        return len(subs) > 1 and any(s.writes or s.communicate for s in subs[1:])
+    return any(s.allowed for s in handled)
+
+
+def _within(count: int, n: int, p: float, sigmas: float = 4.0) -> bool:
+    return abs(count - n * p) <= sigmas * math.sqrt(max(n * p * (1 - p), 1e-9)) + 1e-9
+
+
+def test_flawed_failure_mix_matches_the_planted_rates():
+    rates = (0.3, 0.25, 0.2, 0.15)
+    seeds = task_seeds("test", 400)
+    trajectories = _run("flawed:" + ",".join(map(str, rates)), seeds, seed=11)
+    tasks = {s: generate_task(s) for s in seeds}
+    for fault, p in zip(FAULTS, rates, strict=True):
+        drawn = [t for t in trajectories if fault in t.info["faults"]["drawn"]]
+        assert _within(len(drawn), len(trajectories), p), (fault, len(drawn))
+        applicable = [t for t in trajectories if _applicable(tasks[t.seed], fault, t.info["faults"]["drawn"])]
+        planted = [t for t in trajectories if fault in t.info["faults"]["planted"]]
+        assert set(map(id, planted)) == {id(t) for t in applicable if fault in t.info["faults"]["drawn"]}
+        assert _within(len(planted), len(applicable), p), (fault, len(planted), len(applicable))
+        assert len(applicable) >= 60, (fault, len(applicable))  # every failure family is well represented
+    for t in trajectories:  # an episode fails exactly when a fault was planted in it
+        assert t.passed == (not t.info["faults"]["planted"]), t.task_id
+    # the pass rate the rates imply, task by task (P(pass) summed over whether stop_early is drawn)
+    probabilities = []
+    for t in trajectories:
+        task, p_pass = tasks[t.seed], 0.0
+        for stop, weight in ((False, 1 - rates[1]), (True, rates[1])):
+            drawn = ["stop_early"] if stop else []
+            if stop and _applicable(task, "stop_early", drawn):
+                continue
+            survive = math.prod(1 - p for fault, p in zip(FAULTS, rates, strict=True)
+                                if fault != "stop_early" and _applicable(task, fault, drawn))
+            p_pass += weight * survive
+        probabilities.append(p_pass)
+    expected = sum(probabilities)
+    sigma = math.sqrt(sum(q * (1 - q) for q in probabilities))
+    passed = sum(t.passed for t in trajectories)
+    assert abs(passed - expected) <= 4 * sigma, (passed, expected, sigma)
+
+
+def _only(fault: str, seeds: list[int]):
+    rates = ["1" if f == fault else "0" for f in FAULTS]
+    return [t for t in _run("flawed:" + ",".join(rates), seeds) if t.info["faults"]["planted"]]
+
+
+def _writes(t):
+    kinds = t.tool_kinds()
+    answers = {m.tool_call_id: m.content for m in t.messages if m.role == "tool"}
+    return [(c, answers[c.id]) for c in t.tool_calls() if kinds[c.name] == "write"]
+
+
+SEEDS = task_seeds("train", 150)
+
+
+def test_skip_precondition_makes_forbidden_writes():
+    planted = _only("skip_precondition", SEEDS)
+    assert len(planted) >= 20
+    for t in planted:
+        task = generate_task(t.seed)
+        made = [(c.name, c.parsed_arguments()) for c, _ in _writes(t)]
+        forbidden = [(w.name, w.arguments) for s in task.subtasks if not s.allowed for w in s.anyway_writes]
+        assert any(w in made for w in forbidden)
+        assert t.reward_breakdown["DB"] == 0.0
+
+
+def test_stop_early_leaves_requests_undone():
+    planted = _only("stop_early", SEEDS)
+    assert len(planted) >= 10
+    for t in planted:
+        assert len(t.info["subtasks"]) > 1
+        assert len(_writes(t)) < len(t.info["gold_actions"]) or t.reward_breakdown["COMMUNICATE"] == 0.0
+
+
+def test_mispick_gets_a_reasoning_value_wrong():
+    planted = _only("mispick", SEEDS)
+    assert len(planted) >= 50
+    for t in planted:
+        gold = t.info["gold_actions"]
+        made = [c.parsed_arguments() for c, _ in _writes(t)]
+        wrong_arg = any(made[i].get(name) != gold[i]["arguments"][name] for i, name in t.info["reasoning_args"]
+                        if i < len(made))
+        assert wrong_arg or (t.reward_breakdown["COMMUNICATE"] == 0.0 and t.info["task_kind"] in ("cancel", "multi"))
+        assert all(not text.startswith("Error:") for _, text in _writes(t))
+
+
+def test_corrupt_argument_makes_one_write_fail():
+    planted = _only("corrupt_argument", SEEDS)
+    assert len(planted) >= 50
+    for t in planted:
+        errors = [c for c, text in _writes(t) if text.startswith("Error:")]
+        assert len(errors) == 1 and t.reward_breakdown["DB"] == 0.0
+
+
+def test_rollouts_do_not_depend_on_batching_and_follow_the_seed():
+    seeds = task_seeds("train", 30)
+    dump = lambda ts: [t.model_dump_json() for t in ts]  # noqa: E731
+    a = _run("flawed", seeds, seed=4, batch_size=64)
+    assert dump(a) == dump(_run("flawed", seeds, seed=4, batch_size=7))
+    assert dump(a) != dump(_run("flawed", seeds, seed=5))
+
+
+@pytest.mark.parametrize("spec, rates", [
+    ("oracle", (0, 0, 0, 0)), ("flawed", (0.25, 0.25, 0.25, 0.25)), ("flawed:0.5", (0.5, 0, 0, 0)),
+    ("flawed:0.1,0.2,0.3,0.4", (0.1, 0.2, 0.3, 0.4)), ("flawed:1,0,0,1", (1, 0, 0, 1)),
+])
+def test_policy_specs(spec, rates):
+    policy = make_policy(spec, seed=3)
+    assert isinstance(policy, Policy) and isinstance(policy, ScriptedAirlinePolicy)
+    assert policy.rates == tuple(float(r) for r in rates) and policy.seed == 3
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("flawed:1.5", "outside [0, 1]"), ("flawed:-0.1", "outside [0, 1]"), ("flawed:0.1,0.1,0.1,0.1,0.1", "at most 4"),
+    ("flawed:x", "must be numbers"), ("flawed:nan", "outside [0, 1]"), ("oracle:1", "no parameters"),
+    ("gpt", "unknown policy"),
+])
+def test_bad_policy_specs_are_input_errors(spec, message):
+    with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        make_policy(spec)
+
+
+def test_policy_factories_leave_room_for_more():
+    assert {"oracle", "flawed"} <= set(POLICY_FACTORIES)
+    with pytest.raises(TypeError, match="_task"):
+        ScriptedAirlinePolicy().act([type("S", (), {"state": None, "info": {}})()])
+    assert json.loads(json.dumps(AirlineEnv().reset(seed=1)[1]["gold_actions"]))
