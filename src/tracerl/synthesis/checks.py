@@ -26,7 +26,7 @@ from tracerl.core.tools import ToolSchema
 from tracerl.envs.base import Env
 
 DEFAULT_SEEDS = tuple(range(20))
-DO_NOTHING_TEXT = "I'm sorry, I can't help with that."
+DO_NOTHING_TEXT = "I'm sorry, I cannot help with that. Goodbye."
 FINAL_TEXT = "All done. Is there anything else?"
 
 

@@ -21,7 +21,7 @@ from tracerl.core.tools import ToolSchema, load_tools_json
 class Target:
     name: str  # "airline", "retail", …
     tools: tuple[ToolSchema, ...]
-    title: str  # first line of the target's system prompt, e.g. "# Retail agent policy"
+    title: str  # first line of the target's system prompt, e.g. "# Retail agent policy" (policy.md's title)
     source: str  # "airline" (built-in) or the tools.json path it was read from
 
     def tool(self, name: str) -> ToolSchema:
@@ -77,8 +77,8 @@ def _builtin_airline() -> Target:
     env = make_env("airline")
     messages, _ = env.reset(seed=0)
     title = "# Airline agent policy"
-    if messages and messages[0].role == "system" and (messages[0].content or "").lstrip().startswith("#"):
-        title = (messages[0].content or "").lstrip().splitlines()[0].strip()
+    if messages and messages[0].role == "system" and (messages[0].content or "").strip():
+        title = (messages[0].content or "").strip().splitlines()[0].strip()  # the prompt's own first line
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline")
 
 

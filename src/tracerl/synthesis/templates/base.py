@@ -28,8 +28,11 @@ _VERB_STATUS = {
     "cancel": "cancelled", "update": "updated", "modify": "modified", "return": "return requested",
     "exchange": "exchange requested", "send": "sent", "book": "booked",
 }
-CONFIRM_REPLY = "Yes, please go ahead."
-GOODBYE_REPLY = "Thank you, that's all."
+# The scripted user answers as the built-in airline domain's does (keyword rules, in this order).
+CLOSING_WORDS = ("anything else", "goodbye")
+REFUSAL_WORDS = ("cannot",)
+CONFIRM_WORDS = ("confirm", "proceed")
+GOODBYE = "No, thank you. Goodbye."
 MAX_DIFFICULTY = 4
 
 
@@ -39,11 +42,14 @@ class Task:
 
     records: dict[str, dict[str, Any]]  # id -> the record the check tool returns
     request: str  # the user's opening message
+    restate: str  # what the user says when the agent's text is not something it answers
     rules: list[str]  # policy lines for the system prompt
     hint: str  # expert guidance: how to go about it, never the calls themselves
     gold: list[Action]  # the oracle's call sequence
     kind: str  # a short label of the task's kind
     expected: dict[str, Any] = field(default_factory=dict)  # what the template's scorer needs
+    user_id: str | None = None  # the user's id, given when the agent asks for it
+    n_requests: int = 1  # with several, a refusal does not end the chat
 
 
 class TemplateEnv(ToolEnv):
@@ -55,6 +61,7 @@ class TemplateEnv(ToolEnv):
 
     def __init__(self, target: Target, difficulty: int = 1, max_turns: int | None = None):
         super().__init__(max_turns=max_turns)
+        self._fixed_max_turns = max_turns  # None: 10 + 3 per gold call, set per task
         if not 0 <= int(difficulty) <= MAX_DIFFICULTY:
             raise ValueError(f"difficulty must be in 0..{MAX_DIFFICULTY}, got {difficulty}")
         families = tool_families(target.tools)
@@ -91,11 +98,44 @@ class TemplateEnv(ToolEnv):
     def id_spec(self) -> dict[str, Any]:
         return self.family.check.parameters["properties"][self.id_param]
 
+    def user_tool(self) -> ToolSchema | None:
+        """The target's read tool that takes only a user id (e.g. get_user_details), if any."""
+        for t in self.target.tools:
+            if t.kind == "read" and t.parameters.get("required") == ["user_id"] and t.name != self.family.check.name:
+                return t
+        return None
+
     def tool_names(self) -> list[str]:
-        """Names of the tools this env offers: the check tool, the acts, one distractor act."""
-        names = [self.family.check.name] + [a.name for a in self.acts]
+        """The tools this env offers: the user tool (if any), the check tool, the acts, one distractor act."""
+        user = self.user_tool()
+        names = ([user.name] if user else []) + [self.family.check.name] + [a.name for a in self.acts]
         spare = [a.name for a in self.family.acts if a.name not in names]
         return names + spare[:1]
+
+    def new_user_id(self, rng: random.Random) -> str | None:
+        from tracerl.synthesis.values import id_value
+
+        user = self.user_tool()
+        return id_value(user.parameters["properties"]["user_id"], "user_id", rng) if user else None
+
+    def opening(self, requests: list[str]) -> tuple[str, str]:
+        """(opening, restatement) in the airline user's style: "Hi! I want to …" / "I want to: …; …"."""
+        if len(requests) == 1:
+            return f"Hi! I want to {requests[0]}.", f"I want to {requests[0]}."
+        return "Hi! I want to: " + "; ".join(requests) + ".", "I want to: " + "; ".join(requests) + "."
+
+    def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None) -> str:
+        """'cancel_pending_order' on '#W1' → 'cancel pending order #W1 (reason: "no longer needed")'."""
+        words = act.name.split("_")
+        entity_words = self.family.entity.split("_")
+        n = len(entity_words)
+        at = next((i for i in range(len(words) - n + 1) if words[i:i + n] == entity_words), None)
+        if at is None:
+            text = f"{' '.join(words)} for {self.entity} {record_id}"
+        else:
+            text = " ".join(words[:at + n] + [record_id] + words[at + n:])
+        details = self.render_args(arguments or {}, self.id_param)
+        return f"{text} ({details})" if details else text
 
     @staticmethod
     def phrase(act: ToolSchema) -> str:
@@ -132,13 +172,10 @@ class TemplateEnv(ToolEnv):
         return list(self.task(seed).gold)
 
     def system_prompt(self, task: Task, hint: bool) -> str:
-        lines = [
-            self.target.title,
-            "",
-            f"You are a customer service agent. Use the tools to help the user with their {self.entity}s.",
-            "Make one tool call at a time. The user has already confirmed the request.",
-            *[f"- {rule}" for rule in task.rules],
-            "When you are done, reply to the user in one short message.",
+        lines = [self.target.title] + ([""] if self.target.title.startswith("#") else []) + [
+            f"Use the tools to help the user with their {self.entity}s. Make one tool call at a time.",
+            *task.rules,
+            "When all requests are handled, ask if there is anything else.",
         ]
         if hint:
             lines += ["", "## Expert guidance", task.hint]
@@ -149,11 +186,19 @@ class TemplateEnv(ToolEnv):
         self._task = task
         self._records = copy.deepcopy(task.records)
         self._calls: list[Action] = []  # successful calls, in order
-        self._confirmed = False
+        self._turn_limit = self._fixed_max_turns or 10 + 3 * len(task.gold)
+        self.max_turns = self._turn_limit
         toolbox = Toolbox()
+        user = self.user_tool()
         for name in self.tool_names():
             schema = self.target.tool(name)
-            add_schema_tool(toolbox, schema, self._read_handler(name) if schema.kind == "read" else self._write_handler(name))
+            if user is not None and name == user.name:
+                handler = self._user_handler()
+            elif schema.kind == "read":
+                handler = self._read_handler(name)
+            else:
+                handler = self._write_handler(name)
+            add_schema_tool(toolbox, schema, handler)
         hinted = bool(options.get("hint"))
         opening = [Message.system(self.system_prompt(task, hinted)), Message.user(task.request)]
         plain = opening if not hinted else [Message.system(self.system_prompt(task, False)), opening[1]]
@@ -167,6 +212,14 @@ class TemplateEnv(ToolEnv):
             "_hint": task.hint,
         }
         return toolbox, opening, info
+
+    def _user_handler(self):
+        def handler(**arguments: Any) -> dict[str, Any]:
+            if self._task.user_id is None or arguments.get("user_id") != self._task.user_id:
+                raise ToolError("user not found")
+            return {"user_id": self._task.user_id, f"{self.family.entity}s": list(self._task.records)}
+
+        return handler
 
     def _read_handler(self, name: str):
         def handler(**arguments: Any) -> dict[str, Any]:
@@ -192,10 +245,18 @@ class TemplateEnv(ToolEnv):
         return handler
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:
-        if "?" in text and not self._confirmed:
-            self._confirmed = True  # one confirmation question is answered; the next text ends the chat
-            return CONFIRM_REPLY, False
-        return GOODBYE_REPLY, True
+        lowered = text.lower()
+        if any(w in lowered for w in CLOSING_WORDS):
+            return GOODBYE, True
+        if any(w in lowered for w in REFUSAL_WORDS):
+            if self._task.n_requests > 1:
+                return "OK, I understand.", False
+            return "I understand. Goodbye.", True
+        if any(w in lowered for w in CONFIRM_WORDS):
+            return "yes", False
+        if "user id" in lowered and self._task.user_id is not None:
+            return f"My user id is {self._task.user_id}.", False
+        return self._task.restate, False
 
     def _score(self) -> tuple[float, dict[str, float]]:
         reward, breakdown = self.score(self._task, self._calls)

@@ -29,20 +29,20 @@ class MultiStepCompletionEnv(TemplateEnv):
         n = min(2 + self.difficulty, 6)
         ids = self.new_ids(rng, n)
         records, gold, lines = {}, [], []
-        for k, record_id in enumerate(ids, start=1):
+        for record_id in ids:
             records[record_id] = self.make_record(record_id, rng)
             act = rng.choice(self.acts)
             args = sample_arguments(act, rng, {self.id_param: record_id})
             gold.append(Action(name=act.name, arguments=args))
-            details = self.render_args(args, self.id_param)
-            lines.append(f"{k}) {self.phrase(act)} for {self.entity} {record_id}" + (f" ({details})" if details else ""))
-        request = f"Hi! I have {n} requests, please do all of them:\n" + "\n".join(lines)
+            lines.append(self.request_phrase(act, record_id, args))
+        request, restate = self.opening(lines)
         hint = (
             "The user has several requests. Keep a checklist: after each tool call, see which requests are "
             "still open and handle the next one. Reply to the user only when every request is done."
         )
-        return Task(records=records, request=request, rules=["Complete every request of the user before replying."],
-                    hint=hint, gold=gold, kind=f"{n}-step")
+        return Task(records=records, request=request, restate=restate,
+                    rules=["Handle every request of the user before you close."], hint=hint, gold=gold,
+                    kind=f"{n}-step", user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]

@@ -36,21 +36,22 @@ class ToolCallPrecisionEnv(TemplateEnv):
             records[record_id] = self.make_record(record_id, rng)
             args = sample_arguments(act, rng, {self.id_param: record_id})
             gold.append(Action(name=act.name, arguments=args))
-            line = f"{self.phrase(act)} for {self.entity} {record_id}: {self.render_args(args, self.id_param)}."
+            line = self.request_phrase(act, record_id, args)
             others = [k for k in args if k != self.id_param]
             if self.difficulty >= 1 and others:
                 name = rng.choice(others)
                 old = sample_arguments(act, rng, {self.id_param: record_id})[name]
                 if canonical_json(old) != canonical_json(args[name]):
-                    line += f" (My old {name.replace('_', ' ')} was {json.dumps(old, ensure_ascii=False)}; do not use it.)"
+                    line += f", not my old {name.replace('_', ' ')} {json.dumps(old, ensure_ascii=False)}"
             lines.append(line)
-        request = "Hi! Please " + " Also ".join(lines)
+        request, restate = self.opening(lines)
         hint = (
             "Copy every value exactly as the user wrote it — same spelling, case, symbols and list order — into "
             "the parameter with the matching name, and ignore values the user calls outdated."
         )
-        return Task(records=records, request=request, rules=["Use exactly the values the user gives."], hint=hint,
-                    gold=gold, kind=f"{n}-call")
+        return Task(records=records, request=request, restate=restate,
+                    rules=["Use exactly the values the user gives."], hint=hint, gold=gold, kind=f"{n}-call",
+                    user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
         shares = []

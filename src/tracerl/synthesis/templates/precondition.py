@@ -35,7 +35,7 @@ class PreconditionVerificationEnv(TemplateEnv):
         }
         article = "An" if self.entity[:1] in "aeiou" else "A"
         return [f"{article} {self.entity} may be changed with {verb} only if {text[c]}." for c in self.conditions()] + [
-            "If a condition fails, do not change it; tell the user why."
+            "If a condition fails, do not change it: tell the user you cannot, and why."
         ]
 
     def generate(self, rng: random.Random) -> Task:
@@ -65,17 +65,17 @@ class PreconditionVerificationEnv(TemplateEnv):
             if ok:
                 gold.append(Action(name=act.name, arguments=args))
             allowed[record_id] = args if ok else None
-            details = self.render_args(args, self.id_param)
-            requests.append(f"{self.phrase(act)} for {self.entity} {record_id}" + (f" ({details})" if details else ""))
-        request = "Hi! Please " + " and ".join(requests) + "."
+            requests.append(self.request_phrase(act, record_id, args))
+        request, restate = self.opening(requests)
         hint = (
             f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
             "condition in the policy. Act only if all of them hold; otherwise make no change and tell the user "
             "which condition fails."
         )
         kind = "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
-        return Task(records=records, request=request, rules=self.rules(act.name), hint=hint, gold=gold, kind=kind,
-                    expected={"allowed": allowed, "act": act.name})
+        return Task(records=records, request=request, restate=restate, rules=self.rules(act.name), hint=hint,
+                    gold=gold, kind=kind, expected={"allowed": allowed, "act": act.name},
+                    user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
         checked_total, decided_total = 0.0, 0.0

@@ -16,10 +16,10 @@ from tracerl.synthesis.templates.base import Task, TemplateEnv
 from tracerl.synthesis.values import sample_arguments
 
 CRITERIA = {
-    "highest": ("the one with the highest amount", lambda r: r["amount"], max),
-    "lowest": ("the one with the lowest amount", lambda r: r["amount"], min),
-    "newest": ("the most recently created one", lambda r: r["created_at"], max),
-    "oldest": ("the one created first", lambda r: r["created_at"], min),
+    "highest": ("with the highest amount", lambda r: r["amount"], max),
+    "lowest": ("with the lowest amount", lambda r: r["amount"], min),
+    "newest": ("created most recently", lambda r: r["created_at"], max),
+    "oldest": ("created first", lambda r: r["created_at"], min),
 }
 
 
@@ -53,19 +53,19 @@ class StructuredDataReasoningEnv(TemplateEnv):
         args = sample_arguments(act, rng, {self.id_param: chosen})
         details = self.render_args(args, self.id_param)
         among = " among the active ones" if filtered else ""
-        request = (
-            f"Hi! I have these {self.entity}s: {', '.join(ids)}. Please {self.phrase(act)} for {text}{among}"
-            + (f" ({details})" if details else "") + "."
-        )
+        want = (f"{self.phrase(act)} for the one of my {self.entity}s {', '.join(ids)} {text}{among}"
+                + (f" ({details})" if details else ""))
+        request, restate = self.opening([want])
         gold = [Action(name=self.family.check.name, arguments={self.id_param: i}) for i in ids]
         gold.append(Action(name=act.name, arguments=args))
         hint = (
             f"Look up every {self.entity} the user lists, note the field the request depends on for each, "
             "compare them, and make the change only on the one that matches."
         )
-        return Task(records=records, request=request, rules=[f"Change only the {self.entity} the user means."],
-                    hint=hint, gold=gold, kind=f"{key}{'-active' if filtered else ''}-of-{n}",
-                    expected={"ids": ids, "gold": gold[-1]})
+        return Task(records=records, request=request, restate=restate,
+                    rules=[f"Change only the {self.entity} the user means."], hint=hint, gold=gold,
+                    kind=f"{key}{'-active' if filtered else ''}-of-{n}", expected={"ids": ids, "gold": gold[-1]},
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
         ids = task.expected["ids"]
