@@ -22,6 +22,7 @@ AIRLINE_TOOLS = [
     _schema("cancel_reservation", "write", "reservation_id"),
     _schema("update_reservation_flights", "write", "reservation_id", "cabin", "flights", "payment_id"),
     _schema("update_reservation_baggages", "write", "reservation_id", "total_baggages", "nonfree_baggages", "payment_id"),
+    _schema("send_certificate", "write", "user_id", "amount"),
     _schema("calculate", "generic", "expression"),
 ]
 

@@ -133,3 +133,51 @@ def test_deterministic_across_seeds_and_user_capabilities_unlabelled(traj) -> No
     assert a == b
     assert a[0]["upsell_skill"].label is None and "no detector" in a[0]["upsell_skill"].evidence
     assert all(set(row) == {c.name for c in CAPS} | {"upsell_skill"} for row in a)
+
+
+CERT = ("call", "get_user_details", {"user_id": "u1"}, '{"membership": "gold"}')
+
+
+def test_wrong_amount_told_is_reasoning_not_communication(traj) -> None:
+    gold = [("send_certificate", {"user_id": "u1", "amount": 100})]
+    steps = [CERT, READ, ("say", "I will send you a certificate of 50 dollars. Do you confirm?"), ("user", "yes"),
+             ("call", "send_certificate", {"user_id": "u1", "amount": 100}, "{}")]
+    t = traj(steps, gold=gold, communicate_info=["100"])
+    out = labels(t)
+    assert out["structured_data_reasoning"].label == "LACKING" and "50" in out["structured_data_reasoning"].evidence
+    assert out["information_communication"].label == "PRESENT"
+    right = traj([*steps[:2], ("say", "I will send you a certificate of $100. Do you confirm?"), *steps[3:]], gold=gold, communicate_info=["100"])
+    assert lab(right, "structured_data_reasoning") == "PRESENT" and lab(right, "information_communication") == "PRESENT"
+    # nothing told at all: a communication failure
+    mute = traj([*steps[:2], ("say", "Shall I go ahead?"), *steps[3:]], gold=gold, communicate_info=["100"])
+    assert lab(mute, "information_communication") == "LACKING" and lab(mute, "structured_data_reasoning") == "NA"
+
+
+def test_items_of_requests_never_carried_out_are_multi_step(traj) -> None:
+    gold = [("cancel_reservation", RES), ("cancel_reservation", RES2)]
+    t = traj([READ, ("say", "The refund is 300 dollars. Confirm?"), ("call", "cancel_reservation", RES, "{}")],
+             gold=gold, communicate_info=["300", "120"])
+    out = labels(t)
+    assert out["multi_step_completion"].label == "LACKING" and out["information_communication"].label == "PRESENT"
+    assert out["structured_data_reasoning"].label == "PRESENT"
+
+
+def test_a_write_on_another_real_entity_is_not_a_typo(traj) -> None:
+    # the task cancels XYZ789 only; the agent also cancels ABC123 (forbidden) — not an imprecise call
+    gold = [("cancel_reservation", RES2)]
+    t = traj([READ, ("call", "cancel_reservation", RES, "{}")], gold=gold)
+    out = labels(t)
+    assert out["precondition_verification"].label == "LACKING" and "did not call for" in out["precondition_verification"].evidence
+    assert out["tool_call_precision"].label == "PRESENT"
+    # a mistyped id that names nothing is the gold write, imprecisely called
+    typo = traj([READ2, ("call", "cancel_reservation", {"reservation_id": "XYZ7B9"}, "Error: reservation XYZ7B9 not found")], gold=gold)
+    assert lab(typo, "tool_call_precision") == "LACKING" and lab(typo, "precondition_verification") == "PRESENT"
+
+
+def test_a_malformed_reasoning_argument_is_precision(traj) -> None:
+    gold = [("update_reservation_baggages", {"reservation_id": "ABC123", "total_baggages": 3, "nonfree_baggages": 1, "payment_id": "p"})]
+    bad_type = {**gold[0][1], "nonfree_baggages": "1 bags"}
+    t = traj([READ, ("call", "update_reservation_baggages", bad_type, "Error: invalid arguments: nonfree_baggages: not an integer")],
+             gold=gold, reasoning_args=[[0, "total_baggages"], [0, "nonfree_baggages"]])
+    out = labels(t)
+    assert out["tool_call_precision"].label == "LACKING" and out["structured_data_reasoning"].label == "PRESENT"

@@ -46,7 +46,7 @@ def test_select_on_tau2_sample_picks_exactly_the_planted_capabilities(sample: Pa
     assert ms["cov_ci95"][0] <= ms["mean_cov"] <= ms["cov_ci95"][1]
     assert by["tool_call_precision"]["mean_cov"] == pytest.approx(10 / 22, abs=1e-6)
     assert len(ms["example_failed"]) == 3 and all(e["lacking_runs"] == 10 for e in ms["example_failed"])
-    assert by["structured_data_reasoning"]["er_plus_flag"]
+    assert by["precondition_verification"]["runs_passed"] == 0 and by["structured_data_reasoning"]["runs_passed"] == 0
     for key in ("name", "description", "selected", "mean_cov", "std_cov", "mean_delta", "std_delta", "runs_passed", "runs_total", "example_failed"):
         assert all(key in c for c in doc["capabilities"])
     runs = sorted((out / "labels").iterdir())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,8 +108,9 @@ def _match_writes(a: Analysis) -> None:
                 open_gold.remove(g)
                 free.remove(i)
                 break
+    entity_params = _entity_params(a)
     for g in list(open_gold):  # then by name: the free call of that tool differing in the fewest arguments
-        same = [i for i in free if a.calls[i].name == a.gold[g].name]
+        same = [i for i in free if a.calls[i].name == a.gold[g].name and _same_entity(a, i, a.gold[g].arguments, entity_params)]
         if not same:
             continue
         best = min(same, key=lambda i: (len(_differing(a.calls[i].args, a.gold[g].arguments)), i))
@@ -119,6 +121,14 @@ def _match_writes(a: Analysis) -> None:
     a.extra_writes = free
 
 
+def _same_entity(a: Analysis, i: int, gold: dict[str, Any], entity_params: set[str]) -> bool:
+    """Whether write call i acts on gold's entity: its entity ids agree with gold's, or the call
+    failed as invalid (a mistyped id names no entity; a real other entity is another action)."""
+    call = a.calls[i]
+    differs = any((call.args or {}).get(p) != gold[p] for p in entity_params & set(gold))
+    return not differs or (call.error and bool(INVALID_CALL_ERROR.search(call.result or "")))
+
+
 def _differing(args: dict[str, Any] | None, gold: dict[str, Any]) -> set[str]:
     if args is None:
         return set(gold) | {"<arguments>"}
@@ -126,6 +136,43 @@ def _differing(args: dict[str, Any] | None, gold: dict[str, Any]) -> set[str]:
 
 
 _MISSING = object()
+
+
+def _same_shape(value: Any, gold: Any) -> bool:
+    """Whether `value` has gold's JSON type and structure (a different pick, not a malformed one)."""
+    if isinstance(gold, bool) or isinstance(value, bool):
+        return isinstance(gold, bool) and isinstance(value, bool)
+    if isinstance(gold, (int, float)):
+        return isinstance(value, (int, float))
+    if isinstance(gold, dict):
+        return isinstance(value, dict) and set(value) == set(gold) and all(_same_shape(value[k], gold[k]) for k in gold)
+    if isinstance(gold, list):
+        return isinstance(value, list) and (not gold or all(_same_shape(v, gold[0]) for v in value))
+    return type(value) is type(gold)
+
+
+def split_differences(a: Analysis, i: int, g: int) -> tuple[set[str], set[str]]:
+    """The arguments in which write call i differs from gold action g, split into (reasoning errors,
+    precision errors). A reasoning argument counts as a reasoning error only when the value is
+    well-formed (gold's type and shape) and the call did not fail as invalid; otherwise it is a
+    precision error (a typo or a wrong type, not a wrong choice)."""
+    call = a.calls[i]
+    gold = a.gold[g].arguments  # type: ignore[index]
+    differing = _differing(call.args, gold)
+    reasoning = a.reasoning.get(g, set())
+    invalid = call.error and bool(INVALID_CALL_ERROR.search(call.result or ""))
+    choice = {k for k in differing & reasoning if call.args is not None and k in call.args and k in gold
+              and _same_shape(call.args[k], gold[k]) and not (invalid and _mentions(call.result or "", call.args[k]))}
+    return choice, differing - choice
+
+
+def _mentions(text: str, value: Any) -> bool:
+    """Whether an error text names one of the scalar values inside `value`."""
+    if isinstance(value, dict):
+        return any(_mentions(text, v) for v in value.values())
+    if isinstance(value, list):
+        return any(_mentions(text, v) for v in value)
+    return re.search(rf"(?<![\w.]){re.escape(str(value))}(?![\w])", text) is not None
 
 
 def _exactly_gold(a: Analysis, call: Call) -> bool:
@@ -156,7 +203,7 @@ def tool_call_precision(a: Analysis) -> Result:
     problems = []
     for i, g in a.matches.items():
         call = a.calls[i]
-        wrong = _differing(call.args, a.gold[g].arguments) - a.reasoning.get(g, set())  # type: ignore[index]
+        wrong = split_differences(a, i, g)[1]
         if wrong:
             problems.append(f"turn {call.turn}: {call.show()} differs from the gold {call.name} in {', '.join(sorted(wrong))}")
     for call in a.calls:
@@ -175,8 +222,11 @@ def multi_step_completion(a: Analysis) -> Result:
     if a.gold is None:
         return "NA", "no gold actions: the required writes are unknown"
     n = len(a.gold_writes)
-    if n < 2:
+    steps = max(n, len(a.trajectory.info.get("subtasks") or []))
+    if steps < 2:
         return "NA", f"the task needs {n} write action{'s' if n != 1 else ''}"
+    if n == 0:
+        return "NA", "none of the task's requests needs a write"
     if a.unmatched_gold:
         missing = ", ".join(a.gold[g].name for g in a.unmatched_gold)  # type: ignore[index]
         return "LACKING", f"attempted {n - len(a.unmatched_gold)} of {n} required writes; never attempted: {missing}"
@@ -207,20 +257,28 @@ def _read_before(a: Analysis, index: int, value: Any) -> bool:
 
 
 def structured_data_reasoning(a: Analysis) -> Result:
-    if a.gold is None or not a.reasoning:
-        return "NA", "no argument has to be chosen or computed from records"
+    numeric = [x for x in _required_info(a) if _NUMBER.fullmatch(_normal(x))]
+    if (a.gold is None or not a.reasoning) and not numeric:
+        return "NA", "no value has to be chosen or computed from records"
     checked = 0
     for i, g in a.matches.items():
-        wrong = _differing(a.calls[i].args, a.gold[g].arguments) & a.reasoning.get(g, set())
+        wrong = split_differences(a, i, g)[0]
         if wrong:
             call = a.calls[i]
             name = sorted(wrong)[0]
             got = (call.args or {}).get(name)
-            return "LACKING", f"turn {call.turn}: {call.name} {name}={got!r}, the records give {a.gold[g].arguments.get(name)!r}"
+            return "LACKING", f"turn {call.turn}: {call.name} {name}={got!r}, the records give {a.gold[g].arguments.get(name)!r}"  # type: ignore[index]
         checked += g in a.reasoning
+    told = _amounts_told(a)
+    required = Counter(map(_normal, numeric))
+    wrong_amounts = sorted((told - required).elements())
+    missing = sorted((required - told).elements())
+    if wrong_amounts and missing:
+        return "LACKING", f"told the user {', '.join(wrong_amounts[:2])} where the records give {', '.join(missing[:2])}"
+    checked += sum(_normal(x) in _said(a) for x in numeric)
     if not checked:
-        return "NA", "no write that needs values chosen from records was attempted"
-    return "PRESENT", f"{checked} write{'s' if checked != 1 else ''} with values chosen from records, all right"
+        return "NA", "no value chosen or computed from records was used"
+    return "PRESENT", f"{checked} value{'s' if checked != 1 else ''} chosen or computed from records, all right"
 
 
 def error_recovery(a: Analysis) -> Result:
@@ -236,18 +294,50 @@ def error_recovery(a: Analysis) -> Result:
 
 
 def information_communication(a: Analysis) -> Result:
-    required = [str(x) for x in a.trajectory.info.get("communicate_info") or []]
+    required = _required_info(a)
     if not required:
         return "NA", "no information had to be communicated"
-    said = _normal(" ".join(text for _, text in a.texts))
+    said = _said(a)
     missing = [x for x in required if _normal(x) not in said]
-    if missing:
-        return "LACKING", f"never told the user: {', '.join(missing[:3])}"
-    return "PRESENT", f"communicated all {len(required)} required item{'s' if len(required) != 1 else ''}"
+    if not missing:
+        return "PRESENT", f"communicated all {len(required)} required item{'s' if len(required) != 1 else ''}"
+    if a.unmatched_gold:  # the missing items belong to requests never carried out: multi-step completion
+        return "PRESENT", f"items not told ({', '.join(missing[:3])}) belong to requests never carried out"
+    numeric_missing = [x for x in missing if _NUMBER.fullmatch(_normal(x))]
+    if len(numeric_missing) == len(missing) and _amounts_told(a) and structured_data_reasoning(a)[0] == "LACKING":
+        return "PRESENT", "the agent told the amounts, with values wrongly chosen or computed (structured data reasoning)"
+    return "LACKING", f"never told the user: {', '.join(missing[:3])}"
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_AMOUNT = re.compile(r"\$\s?(\d+(?:\.\d+)?)|(?<![\w.])(\d+(?:\.\d+)?)\s*(?:dollars|usd)\b", re.IGNORECASE)
+
+
+def _required_info(a: Analysis) -> list[str]:
+    return [str(x) for x in a.trajectory.info.get("communicate_info") or []]
+
+
+def _said(a: Analysis) -> str:
+    return _normal(" ".join(text for _, text in a.texts))
+
+
+def _amounts_told(a: Analysis) -> Counter[str]:
+    """Money amounts ("$12.50", "40 dollars") the agent stated when confirming a write the task
+    called for (its messages between the previous write call and that write), counted once per write."""
+    write_turns = [c.turn for c in a.calls if c.kind == "write"]
+    out: Counter[str] = Counter()
+    for w in sorted(a.calls[i].turn for i in a.matches):
+        start = max((t for t in write_turns if t < w), default=0)
+        amounts: set[str] = set()
+        for turn, text in a.texts:
+            if start < turn < w:
+                amounts |= {m.group(1) or m.group(2) for m in _AMOUNT.finditer(_normal(text))}
+        out.update(amounts)
+    return out
 
 
 def _normal(text: str) -> str:
-    return re.sub(r"(?<=\d),(?=\d{3})", "", text).lower()
+    return re.sub(r"(?<=\d),(?=\d{3})", "", str(text)).lower().strip()
 
 
 def _writes_text(a: Analysis) -> Result:
