@@ -72,14 +72,16 @@ def episode(task_id: str, passed: bool, *, tool_text: str | None = None) -> Traj
 
 
 def metrics_rows(n_steps: int, start: float, end: float) -> list[dict]:
-    rows = []
-    for step in range(n_steps + 1):
+    """Rows as training.trainer writes them: a step-0 evaluation row, then one row per GRPO step."""
+    rows = [{"step": 0, "rollouts_used": 0, "eval_success": start}]
+    for step in range(1, n_steps + 1):
         frac = step / n_steps
-        row = {"step": step, "rollouts": step * 64, "reward_mean": round(start + (end - start) * frac, 4),
-               "success_rate": round(start * 0.8 + (end - start) * 0.8 * frac, 4), "loss": 0.1 - 0.005 * step,
-               "seconds": 1.5 * step}
+        row = {"step": step, "rollouts_used": step * 64, "reward_mean": round(start + (end - start) * frac, 4),
+               "reward_std": 0.3, "success_rate": round(start * 0.8 + (end - start) * 0.8 * frac, 4),
+               "groups_sampled": 8, "informative_groups": 6, "sampling_rounds": 1, "loss": 0.1 - 0.005 * step}
         if step % 5 == 0:
             row["eval_success"] = round(start + (end - start) * frac * 0.9, 4)
+        row["seconds"] = 1.5
         rows.append(row)
     return rows
 
@@ -89,30 +91,46 @@ def make_workspace(root: Path) -> Path:
     ws.mkdir()
     (ws / "config.yaml").write_text("target: airline\nmodel: tiny-agent\ntraining:\n  num_generations: 8\n")
     write_jsonl(ws / "rollouts" / "base.jsonl", [episode(f"train_{i}", i % 3 == 0) for i in range(1, 10)])
+    # Shapes as the stages write them (selection.select, synthesis.calibration, training.trainer, composition).
     write_json(ws / "capabilities.json", {
-        "params": {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10},
-        "totals": {"failed": 6, "passed": 3},
+        "params": {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10, "bootstrap": 1000, "seed": 0},
+        "totals": {"trajectories": 9, "failed": 6, "passed": 3},
+        "labeler": {"name": "rules", "deterministic": True, "note": "…"},
         "capabilities": [
             {"name": "precondition_verification", "description": "Checks eligibility before a write action.",
-             "selected": True, "mean_cov": 0.62, "std_cov": 0.05, "mean_delta": 0.55, "std_delta": 0.08,
-             "cov_ci": [0.58, 0.66], "delta_ci": [0.5, 0.6], "runs_passed": 10, "runs_total": 10,
-             "er_plus_zero": False, "example_failed": ["train_1", "train_2"]},
-            {"name": "tool_calling_precision", "description": "Exact ids and argument values.", "selected": True,
-             "mean_cov": 0.3, "std_cov": 0.04, "mean_delta": 0.31, "std_delta": 0.1, "runs_passed": 8,
-             "runs_total": 10, "er_plus_zero": True, "example_failed": ["train_4"]},
+             "source": "catalogue", "decoy": False, "selected": True, "rank": 1, "status": "DONE",
+             "mean_cov": 0.62, "std_cov": 0.05, "cov_ci95": [0.58, 0.66], "mean_delta": 0.55, "std_delta": 0.08,
+             "delta_ci95": [0.5, 0.6], "runs_passed": 10, "runs_total": 10, "er_plus_empty_runs": 0,
+             "er_plus_flag": False, "per_run": [{"run": 0, "LF": 4, "cov": 0.62}],
+             "example_failed": [{"index": 0, "task_id": "train_1", "lacking_runs": 10, "evidence": "cancelled first"},
+                                {"index": 1, "task_id": "train_2", "lacking_runs": 9, "evidence": "no read"}]},
             {"name": "structured_data_reasoning", "description": "Reads nested records correctly.",
-             "selected": True, "mean_cov": 0.41, "std_cov": 0.06, "mean_delta": 0.4, "std_delta": 0.07,
-             "runs_passed": 9, "runs_total": 10},
-            {"name": "empathetic_tone", "description": "Decoy.", "selected": False, "mean_cov": 0.05,
-             "std_cov": 0.02, "mean_delta": 0.01, "std_delta": 0.03, "runs_passed": 0, "runs_total": 10},
+             "decoy": False, "selected": True, "rank": 2, "mean_cov": 0.41, "std_cov": 0.06, "mean_delta": 0.4,
+             "std_delta": 0.07, "runs_passed": 9, "runs_total": 10},
+            {"name": "tool_calling_precision", "description": "Exact ids and argument values.", "decoy": False,
+             "selected": True, "rank": 3, "mean_cov": 0.3, "std_cov": 0.04, "mean_delta": 0.31, "std_delta": 0.1,
+             "runs_passed": 8, "runs_total": 10, "er_plus_empty_runs": 10, "er_plus_flag": True,
+             "example_failed": [{"index": 3, "task_id": "train_4", "lacking_runs": 8, "evidence": "wrong id"}]},
+            {"name": "empathetic_tone", "description": "Decoy.", "decoy": True, "selected": False, "rank": 4,
+             "mean_cov": 0.05, "std_cov": 0.02, "mean_delta": 0.01, "std_delta": 0.03, "runs_passed": 0,
+             "runs_total": 10},
+            {"name": "never_applies", "description": "No trajectory needed it.", "selected": False, "rank": 5,
+             "mean_cov": 0.0, "std_cov": 0.0, "mean_delta": None, "std_delta": None, "delta_ci95": [None, None],
+             "runs_passed": 0, "runs_total": 10},
         ],
     })
+    bands = {"mean_reward": [0.2, 0.6], "success_rate": [0.2, 0.6], "min_reward_std": 0.05}
     for i, cap in enumerate(CAPABILITIES):
+        stats = {"groups": 20, "group_size": 16, "mean_reward": 0.35 + 0.05 * i, "success_rate": 0.3 + 0.05 * i,
+                 "reward_std": 0.31, "mean_group_std": 0.25, "all_success": 0.1, "all_zero": 0.15, "constant": 0.25,
+                 "informative": 0.75, "pass_at_k": {"1": 0.3 + 0.05 * i, "4": 0.6, "8": 0.72 + 0.02 * i, "16": 0.81}}
         write_json(ws / "envs" / cap / "calibration.json", {
-            "accepted": True, "rounds": [{"difficulty": 2, "mean_reward": 0.8}, {"difficulty": 3 + i}],
-            "difficulty": 3 + i, "mean_reward": 0.35 + 0.05 * i, "success_rate": 0.3 + 0.05 * i,
-            "reward_std": 0.31, "all_success": 0.1, "all_zero": 0.15, "constant": 0.25, "informative": 0.75,
-            "pass_at_k": {"1": 0.3, "4": 0.6, "8": 0.72, "16": 0.81}})
+            "accepted": True, "difficulty": 3 + i, "stats": stats,
+            "rounds": [{"difficulty": 2 + i, "stats": {**stats, "mean_reward": 0.8}, "accepted": False,
+                        "reasons": ["mean reward 0.800 outside [0.2, 0.6]"]},
+                       {"difficulty": 3 + i, "stats": stats, "accepted": True, "reasons": []}],
+            "stop_reason": "accepted", "bands": bands, "policy": "tiny-agent", "seeds": list(range(20)),
+            "group_size": 16, "settings": {"temperature": 0.7}})
         _write_rows(ws / "adapters" / cap / "metrics.jsonl", metrics_rows(10, 0.3, 0.7 + 0.05 * i))
     _write_rows(ws / "baselines" / "grpo_target" / "metrics.jsonl", metrics_rows(10, 0.33, 0.4))
     base_per_task = {t: float(t in PASSES["base"]) for t in TASKS}
@@ -129,8 +147,9 @@ def make_workspace(root: Path) -> Path:
         if variant in ("base", "trace_moe"):
             write_jsonl(ws / "eval" / f"{stem}.jsonl", [episode(t, t in passes) for t in TASKS])
     write_json(ws / "composed" / "composition.json", {
-        "routing_accuracy": {"precondition_verification": 0.9, "tool_calling_precision": 0.85, "overall": 0.875},
-        "gate_parameters": 1560})
+        "format": "tracerl-composition-1", "model_name": "composed", "mode": "moe", "gate_parameters": 1560,
+        "routing_accuracy": {"overall": 0.875, "num_prompts": 16, "method": "per-token majority of the gates",
+                             "per_capability": {"precondition_verification": 0.9, "tool_calling_precision": 0.85}}})
     return ws
 
 
@@ -196,7 +215,8 @@ def test_report_of_a_complete_workspace(tmp_path, capsys):
     assert page.count('src="data:image/png;base64,') == len(figures)
     assert not re.search(r'(src|href)\s*=\s*"(?!data:|#)', page), "the page must not reference any other file"
     assert "<script" not in page
-    for text in ("precondition_verification", "empathetic_tone", "ER+ = 0", "Routing accuracy", "87.5%",
+    for text in ("precondition_verification", "empathetic_tone", "ER+ = 0", "Routing accuracy", "87.5%", "decoy",
+                 'title="cancelled first"', "2 ✗ → 3 ✓", "10% / 15% / 75%", "per-token majority of the gates",
                  "58.3%", "33.3%", "Task test_2", "Task test_10", "get_reservation_details",
                  "tool result · cancel_reservation", "Error: reservation not found", "target: airline"):
         assert text in page, text
@@ -211,7 +231,7 @@ def test_sample_efficiency_derived_from_variants_and_grpo_metrics(tmp_path):
     assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
     # GRPO: its eval_success rows (steps 0, 5, 10 → rollouts 0, 320, 640), then its test pass^1 at its budget.
     rows = metrics_rows(10, 0.33, 0.4)
-    expected = [[r["rollouts"], r["eval_success"]] for r in rows if "eval_success" in r] + [[2120, 5 / 12]]
+    expected = [[r["rollouts_used"], r["eval_success"]] for r in rows if "eval_success" in r] + [[2120, 5 / 12]]
     assert se["grpo_target"] == [[x, pytest.approx(y)] for x, y in expected]
     assert se["adapters"] == [[640, pytest.approx(p)] for p in sorted([5 / 12, 4 / 12, 4 / 12])]
 
@@ -309,6 +329,42 @@ def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
     assert summary["headline"]["trace"]["variant"] == "trace_router"
     assert summary["sample_efficiency"]["trace"][-1] == [1920, pytest.approx(6 / 12)]
     assert summary["examples"]  # drawn from trace_router.jsonl
+
+
+def test_the_briefs_flat_shapes_read_the_same(tmp_path):
+    """capabilities with cov_ci/er_plus_zero/task-id examples, top-level calibration stats, `rollouts`,
+    flat routing accuracy: the same figures come out."""
+    ws = make_workspace(tmp_path)
+    assert run_report(ws) == 0
+    reference = load_summary(ws)
+    caps = json.loads((ws / "capabilities.json").read_text())
+    for c in caps["capabilities"]:
+        for old, new in (("cov_ci95", "cov_ci"), ("delta_ci95", "delta_ci"), ("er_plus_flag", "er_plus_zero")):
+            if old in c:
+                c[new] = c.pop(old)
+        c["example_failed"] = [e["task_id"] for e in c.get("example_failed", [])]
+    write_json(ws / "capabilities.json", caps)
+    for cap in CAPABILITIES:
+        path = ws / "envs" / cap / "calibration.json"
+        cal = json.loads(path.read_text())
+        write_json(path, {**cal.pop("stats"), **cal})
+        path = ws / "adapters" / cap / "metrics.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        _write_rows(path, [{("rollouts" if k == "rollouts_used" else k): v for k, v in r.items()} for r in rows])
+    write_json(ws / "composed" / "composition.json", {
+        "routing_accuracy": {"precondition_verification": 0.9, "tool_calling_precision": 0.85, "overall": 0.875}})
+    assert run_report(ws) == 0
+    summary = load_summary(ws)
+    for key in ("evaluation", "routing_accuracy", "routing_accuracy_by_capability", "sample_efficiency"):
+        assert summary[key] == reference[key], key
+    for cap in CAPABILITIES:
+        assert summary["training"][cap]["final"] == reference["training"][cap]["final"]
+        for field in ("mean_reward", "pass_at_k", "accepted", "difficulty"):
+            assert summary["calibration"][cap][field] == reference["calibration"][cap][field]
+    for new, ref in zip(summary["capabilities"]["capabilities"], reference["capabilities"]["capabilities"], strict=True):
+        for field in ("cov_ci", "delta_ci", "er_plus_zero"):
+            assert new[field] == ref[field]
+        assert [e["task_id"] for e in new["example_failed"]] == [e["task_id"] for e in ref["example_failed"]]
 
 
 def test_routing_accuracy_as_a_number(tmp_path):

@@ -40,7 +40,7 @@ STYLE = {
     "xtick.color": "#495057",
     "ytick.color": "#495057",
     "legend.frameon": False,
-    "svg.hashsalt": "tracerl",
+    "axes.axisbelow": True,
 }
 DPI = 110
 
@@ -69,8 +69,10 @@ def capability_plot(caps: CapabilitiesFile) -> bytes:
     with _figure(6.4, 4.2) as fig:
         ax = fig.add_subplot()
         for c in caps.capabilities:
+            if c.mean_cov is None or c.mean_delta is None:
+                continue
             color = COLORS["accent"] if c.selected else COLORS["base"]
-            ax.errorbar(c.mean_cov, c.mean_delta, xerr=c.std_cov, yerr=c.std_delta, fmt="o", ms=7,
+            ax.errorbar(c.mean_cov, c.mean_delta, xerr=c.std_cov or 0.0, yerr=c.std_delta or 0.0, fmt="o", ms=7,
                         color=color, ecolor=color, alpha=0.9, elinewidth=1, capsize=2)
             ax.annotate(c.name, (c.mean_cov, c.mean_delta), textcoords="offset points", xytext=(6, 5),
                         fontsize=8, color=COLORS["ink"])
@@ -108,6 +110,10 @@ def calibration_plot(calibration: dict[str, CalibrationFile]) -> bytes | None:
             success = [c.success_rate or 0.0 for c in calibration.values()]
             ax.bar([x - width / 2 for x in xs], mean, width, color=COLORS["grpo_target"], label="mean reward")
             ax.bar([x + width / 2 for x in xs], success, width, color=COLORS["accent"], label="success rate")
+            bands = next(((c.band("mean_reward"), c.band("success_rate")) for c in calibration.values()
+                          if c.bands), (None, None))
+            if bands[0] is not None and bands[0] == bands[1]:
+                ax.axhspan(*bands[0], color=COLORS["muted"], alpha=0.35, lw=0, zorder=0, label="acceptance band")
             ax.set_xticks(list(xs), [_short(n) for n in names], rotation=20, ha="right", fontsize=8)
             ax.set_ylim(0, 1)
             ax.set_title("Base agent on each environment")
@@ -144,7 +150,7 @@ def training_plot(curve: TrainingCurve) -> bytes:
         ax.set_xlim(min(x), max(max(x), min(x) + 1))
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("rollouts consumed")
-        ax.set_title(curve.name)
+        ax.set_title("GRPO on the target (baseline)" if curve.name == "grpo_target" else curve.name)
         ax.legend(fontsize=8, loc="lower right")
         return _png(fig)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error, read_json, read_jsonl
@@ -23,6 +23,7 @@ from tracerl.evaluation.stats import Interval, paired_difference
 VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "adapter:", "trace_router", "trace_moe")
 TRACE_VARIANTS = ("trace_moe", "trace_router")  # the first present is "TRACE" in the headline
 EXAMPLES_SHOWN = 2
+ROUTING_META_KEYS = ("overall", "per_capability", "num_prompts", "method")
 
 
 # ----------------------------------------------------------------------------- input file models
@@ -34,22 +35,37 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class FailedExample(BaseModel):
+    task_id: str
+    evidence: str | None = None
+
+
 class CapabilityRecord(_Lenient):
-    """One row of capabilities.json (step 1's output)."""
+    """One row of capabilities.json (step 1's output). Means are None where a run had no data (NaN)."""
 
     name: str
     description: str = ""
     selected: bool
-    mean_cov: float
-    std_cov: float = 0.0
-    mean_delta: float
-    std_delta: float = 0.0
-    cov_ci: tuple[float, float] | None = None
-    delta_ci: tuple[float, float] | None = None
+    decoy: bool | None = None
+    mean_cov: float | None
+    std_cov: float | None = None
+    mean_delta: float | None
+    std_delta: float | None = None
+    cov_ci: tuple[float | None, float | None] | None = Field(None, validation_alias=AliasChoices("cov_ci", "cov_ci95"))
+    delta_ci: tuple[float | None, float | None] | None = Field(
+        None, validation_alias=AliasChoices("delta_ci", "delta_ci95"))
     runs_passed: int
     runs_total: int
-    er_plus_zero: bool | None = None
-    example_failed: list[str] = Field(default_factory=list)
+    er_plus_zero: bool | None = Field(None, validation_alias=AliasChoices("er_plus_zero", "er_plus_flag"))
+    example_failed: list[FailedExample] = Field(default_factory=list)
+
+    @field_validator("example_failed", mode="before")
+    @classmethod
+    def _task_ids_or_records(cls, value: Any) -> Any:
+        """Plain task ids, or selection's records ({task_id, evidence, …})."""
+        if isinstance(value, list):
+            return [{"task_id": v} if isinstance(v, str) else v for v in value]
+        return value
 
 
 class CapabilitiesFile(_Lenient):
@@ -59,7 +75,11 @@ class CapabilitiesFile(_Lenient):
 
 
 class CalibrationFile(_Lenient):
-    """envs/<capability>/calibration.json: every field optional, the report shows what is there."""
+    """envs/<capability>/calibration.json: every field optional, the report shows what is there.
+
+    The statistics may sit at the top level or under `stats` (synthesis's CalibrationResult);
+    `bands` are the acceptance bands when the file carries them.
+    """
 
     accepted: bool | None = None
     rounds: list[Any] = Field(default_factory=list)
@@ -72,6 +92,15 @@ class CalibrationFile(_Lenient):
     constant: float | None = None
     informative: float | None = None
     pass_at_k: dict[str, float] = Field(default_factory=dict)
+    stop_reason: str | None = None
+    bands: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lift_stats(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("stats"), dict):
+            value = {**value["stats"], **{k: v for k, v in value.items() if k != "stats"}}
+        return value
 
     @field_validator("pass_at_k")
     @classmethod
@@ -81,12 +110,22 @@ class CalibrationFile(_Lenient):
                 raise ValueError(f"pass_at_k key {k!r} is not a positive integer")
         return dict(sorted(value.items(), key=lambda kv: int(kv[0])))
 
+    def round_path(self) -> list[tuple[int | None, bool | None]]:
+        """(difficulty, accepted) of each round whose record says so."""
+        return [(r.get("difficulty"), r.get("accepted")) for r in self.rounds if isinstance(r, dict)]
+
+    def band(self, name: str) -> tuple[float, float] | None:
+        value = (self.bands or {}).get(name)
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(_is_number(v) for v in value):
+            return (float(value[0]), float(value[1]))
+        return None
+
 
 class MetricsRow(_Lenient):
     """One line of adapters/<capability>/metrics.jsonl or baselines/grpo_target/metrics.jsonl."""
 
     step: int
-    rollouts: int  # rollouts consumed so far
+    rollouts: int = Field(validation_alias=AliasChoices("rollouts", "rollouts_used"))  # consumed so far
     reward_mean: float | None = None
     success_rate: float | None = None
     eval_success: float | None = None  # held-out success, on evaluation steps only
@@ -350,19 +389,22 @@ def _read_composition(ws: Path, data: ReportData) -> None:
         raise InputError("expected a JSON object", path=str(path))
     data.composition = value
     accuracy = value.get("routing_accuracy")
+    bad = InputError("routing_accuracy must be a number, or an object with a numeric 'overall' and "
+                     "per-capability numbers (flat or under 'per_capability')", path=str(path))
     if accuracy is None:
         return
-    if isinstance(accuracy, dict):
-        by_capability = {k: v for k, v in accuracy.items() if k != "overall"}
-        if not all(_is_number(v) for v in accuracy.values()) or "overall" not in accuracy:
-            raise InputError("routing_accuracy must be a number or an object of numbers with 'overall'",
-                             path=str(path))
-        data.routing_accuracy = float(accuracy["overall"])
-        data.routing_accuracy_by_capability = {k: float(v) for k, v in by_capability.items()}
-    elif _is_number(accuracy):
+    if _is_number(accuracy):
         data.routing_accuracy = float(accuracy)
-    else:
-        raise InputError("routing_accuracy must be a number or an object of numbers", path=str(path))
+        return
+    if not isinstance(accuracy, dict) or not (accuracy.get("overall") is None or _is_number(accuracy["overall"])):
+        raise bad
+    per = accuracy.get("per_capability")
+    if per is None:  # the flat form: {capability: accuracy, …, "overall": accuracy}
+        per = {k: v for k, v in accuracy.items() if k not in ROUTING_META_KEYS}
+    if not isinstance(per, dict) or not all(_is_number(v) for v in per.values()):
+        raise bad
+    data.routing_accuracy = None if accuracy.get("overall") is None else float(accuracy["overall"])
+    data.routing_accuracy_by_capability = {k: float(v) for k, v in per.items()}
 
 
 def _read_sample_efficiency(ws: Path, data: ReportData) -> None:

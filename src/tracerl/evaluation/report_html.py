@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from tracerl.core.messages import Message
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.report_data import CapabilityRecord, EvalFile, ReportData, TrainingCurve
+from tracerl.evaluation.report_data import CalibrationFile, CapabilityRecord, EvalFile, ReportData, TrainingCurve
 from tracerl.evaluation.stats import Interval
 
 TEXT_LIMIT = 600  # characters of a message shown before "… (+N characters)"
@@ -45,11 +45,14 @@ h3 { margin:18px 0 8px; font-size:15px; }
 .card.trace .big { color:var(--accent); }
 .card .ci, .card .sub { font-size:13px; color:var(--soft); }
 .up { color:var(--good); font-weight:600; } .down { color:var(--bad); font-weight:600; }
+.scroll { overflow-x:auto; }
 table { border-collapse:collapse; width:100%; font-size:13.5px; }
-th { text-align:left; font-weight:600; color:var(--soft); border-bottom:2px solid var(--line); padding:6px 8px;
-     white-space:nowrap; }
-td { border-bottom:1px solid var(--line); padding:6px 8px; vertical-align:top; }
-td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; white-space:nowrap; }
+th { text-align:left; font-weight:600; color:var(--soft); border-bottom:2px solid var(--line); padding:6px 7px;
+     vertical-align:bottom; }
+td { border-bottom:1px solid var(--line); padding:6px 7px; vertical-align:top; }
+.nowrap { white-space:nowrap; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+td.num { white-space:nowrap; }
 tr.selected td:first-child { border-left:3px solid var(--accent); }
 .desc { color:var(--faint); font-size:12.5px; }
 .badge { display:inline-block; font-size:11.5px; font-weight:600; padding:1px 8px; border-radius:10px; }
@@ -165,14 +168,14 @@ def _workspace_name(data: ReportData) -> str:
 
 def _table(headers: Iterable[tuple[str, bool]], rows: Iterable[str]) -> str:
     head = "".join(f'<th class="num">{esc(h)}</th>' if num else f"<th>{esc(h)}</th>" for h, num in headers)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _num(value: object) -> str:
     if value is None:
         return '<td class="num">—</td>'
     if isinstance(value, float):
-        return f'<td class="num">{value:.3f}</td>'
+        return f'<td class="num">{value:.2f}</td>'
     return f'<td class="num">{esc(value)}</td>'
 
 
@@ -217,10 +220,14 @@ def _headline(data: ReportData) -> str:
         _variant_card("GRPO on target (same budget)", ev.get("grpo_target"), extra=grpo_extra),
         _variant_card("Prompt with capabilities", ev.get("prompt_capabilities")),
     ]
-    if data.routing_accuracy is not None:
+    if data.routing_accuracy is not None or data.routing_accuracy_by_capability:
         by_cap = " · ".join(f"{esc(k)} {pct(v)}" for k, v in data.routing_accuracy_by_capability.items())
-        cards.append(_card("Routing accuracy", pct(data.routing_accuracy),
-                           [f'<span class="ci">{by_cap}</span>'] if by_cap else []))
+        method = (data.composition or {}).get("routing_accuracy", {})
+        method = method.get("method") if isinstance(method, dict) else None
+        lines = [f'<span class="ci">{by_cap}</span>'] if by_cap else []
+        if method:
+            lines.append(f'<span class="ci">{esc(method)}</span>')
+        cards.append(_card("Routing accuracy", pct(data.routing_accuracy), lines))
     note = "" if ev else _missing(data, "evaluation", "the eval stage has not run yet.")
     return f'<section id="headline" class="cards">{"".join(cards)}</section>{note}'
 
@@ -238,7 +245,8 @@ def _capabilities(data: ReportData, figures: dict[str, bytes]) -> str:
         params.append(f"in at least K = {p['k']:g} of N = {p['n']:g} labelling runs")
     if t:
         params.append(f"{t.get('failed', '?')} failed / {t.get('passed', '?')} passed trajectories")
-    ordered = sorted(caps.capabilities, key=lambda c: (not c.selected, -c.mean_delta))
+    ordered = sorted(caps.capabilities, key=lambda c: (not c.selected, -(c.mean_delta if c.mean_delta is not None
+                                                                         else float("-inf"))))
     rows = [_capability_row(c) for c in ordered]
     headers = [("capability", False), ("selected", False), ("Cov", True), ("Δ", True), ("runs passed", True),
                ("ER+ = 0", False), ("example failed tasks", False)]
@@ -248,14 +256,20 @@ def _capabilities(data: ReportData, figures: dict[str, bytes]) -> str:
 
 
 def _capability_row(c: CapabilityRecord) -> str:
-    def stat(mean: float, std: float, ci: tuple[float, float] | None) -> str:
-        ci_text = f'<div class="desc">[{ci[0]:.2f}, {ci[1]:.2f}]</div>' if ci else ""
-        return f'<td class="num">{mean:.2f} ± {std:.2f}{ci_text}</td>'
+    def stat(mean: float | None, std: float | None, ci: tuple[float | None, float | None] | None) -> str:
+        if mean is None:
+            return '<td class="num">—</td>'
+        ci_text = (f'<div class="desc">[{ci[0]:.2f}, {ci[1]:.2f}]</div>'
+                   if ci and ci[0] is not None and ci[1] is not None else "")
+        return f'<td class="num">{mean:.2f}{f" ± {std:.2f}" if std is not None else ""}{ci_text}</td>'
 
     selected = '<span class="badge yes">selected</span>' if c.selected else '<span class="badge no">no</span>'
+    if c.decoy:
+        selected += ' <span class="badge no">decoy</span>'
     flag = ('<span class="badge warn">ER+ = 0</span>' if c.er_plus_zero
             else "—" if c.er_plus_zero is None else "no")
-    examples = ", ".join(esc(x) for x in c.example_failed[:4]) + (" …" if len(c.example_failed) > 4 else "")
+    examples = ", ".join(f'<span title="{esc(x.evidence)}">{esc(x.task_id)}</span>' if x.evidence else esc(x.task_id)
+                         for x in c.example_failed[:4]) + (" …" if len(c.example_failed) > 4 else "")
     return (f'<tr class="{"selected" if c.selected else ""}"><td><b>{esc(c.name)}</b>'
             f'<div class="desc">{esc(c.description)}</div></td><td>{selected}</td>'
             f"{stat(c.mean_cov, c.std_cov, c.cov_ci)}{stat(c.mean_delta, c.std_delta, c.delta_ci)}"
@@ -264,22 +278,33 @@ def _capability_row(c: CapabilityRecord) -> str:
 
 def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
     head = ('<section id="calibration"><h2>Training environments</h2><p class="note">The base agent sampled on '
-            "each synthesized environment; accepted environments give GRPO groups with mixed outcomes.</p>")
+            "each synthesized environment at its calibrated difficulty. Groups: share of seeds where every sample "
+            "succeeded / every reward was 0 / outcomes were mixed (only mixed groups carry a GRPO signal).</p>")
     if not data.calibration:
         return head + _missing(data, "calibration", "the synthesize stage has not run yet.") + "</section>"
     ks = sorted({int(k) for c in data.calibration.values() for k in c.pass_at_k})
-    headers = [("environment", False), ("accepted", False), ("difficulty", True), ("rounds", True),
-               ("mean reward", True), ("success", True), ("reward std", True), ("all-success", True),
-               ("all-zero", True), ("constant", True), ("informative", True)] + [(f"pass@{k}", True) for k in ks]
+    headers = [("environment", False), ("accepted", False), ("difficulty", False), ("mean reward", True),
+               ("success", True), ("reward std", True), ("groups ✓ / 0 / mixed", True)] + [
+               (f"pass@{k}", True) for k in ks]
     rows = []
     for name, c in data.calibration.items():
         accepted = ("—" if c.accepted is None else
                     '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>')
-        cells = [_num(c.difficulty), _num(len(c.rounds) if c.rounds else None), _num(c.mean_reward),
-                 _num(c.success_rate), _num(c.reward_std), _num(c.all_success), _num(c.all_zero),
-                 _num(c.constant), _num(c.informative)] + [_num(c.pass_at_k.get(str(k))) for k in ks]
+        groups = " / ".join("—" if x is None else f"{x * 100:.0f}%" for x in (c.all_success, c.all_zero, c.informative))
+        cells = [f'<td class="nowrap">{_round_path(c)}</td>', _num(c.mean_reward), _num(c.success_rate),
+                 _num(c.reward_std), f'<td class="num">{groups}</td>'] + [_num(c.pass_at_k.get(str(k))) for k in ks]
         rows.append(f"<tr><td><b>{esc(name)}</b></td><td>{accepted}</td>{''.join(cells)}</tr>")
     return head + _table(headers, rows) + _img(figures, "calibration", "calibration of each environment") + "</section>"
+
+
+def _round_path(c: CalibrationFile) -> str:
+    """`2 ✗ → 3 ✓`: the difficulty of each round and whether it was accepted; the stop reason on hover."""
+    path = c.round_path()
+    if not path:
+        return "—" if c.difficulty is None else esc(c.difficulty)
+    marks = " → ".join(f"{'?' if d is None else d}{'' if ok is None else ' ✓' if ok else ' ✗'}" for d, ok in path)
+    title = f' title="{esc(c.stop_reason)}"' if c.stop_reason else ""
+    return f'<span class="desc"{title}>{esc(marks)}</span>'
 
 
 def _training(data: ReportData, figures: dict[str, bytes]) -> str:
