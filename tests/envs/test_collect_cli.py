@@ -14,7 +14,7 @@ def test_oracle_collect_reports_full_pass(tmp_path, capsys):
     assert main(["collect", "--env", "airline", "--policy", "oracle", "--tasks", "200", "--split", "test",
                  "--out", str(out)]) == 0
     table = capsys.readouterr().out
-    assert "100.0% (200/200)" in table and "termination: user_stop" in table and "mean turns" in table
+    assert "200 (100.0%)" in table and "user_stop 200" in table and "mean assistant turns" in table
     trajectories = read_jsonl(out, Trajectory)
     assert len(trajectories) == 200 and all(t.passed for t in trajectories)
     assert trajectories[0].seed == 1_000_000 and trajectories[0].domain == "airline"
@@ -28,9 +28,9 @@ def test_same_seed_gives_byte_identical_files(tmp_path, capsys):
     assert main([*args, "--seed", "7", "--out", str(paths[1])]) == 0
     assert main([*args, "--seed", "8", "--out", str(paths[2])]) == 0
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
-    assert summary["episodes"] == 60 and 0 < summary["pass_rate"] < 1
+    assert summary["count"] == 60 and 0 < summary["pass_rate"] < 1
     assert set(summary["planted_faults"]) <= {"skip_precondition", "stop_early", "mispick", "corrupt_argument"}
-    assert sum(summary["by_task_kind"][k]["episodes"] for k in summary["by_task_kind"]) == 60
+    assert sum(kind["count"] for kind in summary["task_kinds"].values()) == 60
 
 
 @pytest.mark.parametrize("flags, message", [

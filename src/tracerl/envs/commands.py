@@ -1,11 +1,11 @@
-"""Environment commands: `tracerl collect` (roll a policy out and save the trajectories)."""
+"""Environment commands: `tracerl collect` (roll a policy out) and `tracerl show` (summarise rollouts)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -14,10 +14,10 @@ from rich.table import Table
 
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_jsonl
-from tracerl.core.trajectory import Trajectory
 from tracerl.envs.airline.tasks import SPLITS, task_seeds
 from tracerl.envs.registry import make_env, make_policy
 from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.summary import print_summary, summarize
 
 
 def collect(
@@ -49,50 +49,48 @@ def collect(
         trajectories = rollout(lambda: make_env(env, split=split), agent, episodes, batch_size=batch_size,
                                on_done=lambda _: progress.advance(bar))
     write_jsonl(out, trajectories)
-    summary = summarise(trajectories)
-    summary.update({"env": env, "policy": agent.name, "split": split, "seed": seed, "out": str(out)})
-    if json_output:
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        Console().print(summary_table(summary))
-
-
-def summarise(trajectories: list[Trajectory]) -> dict[str, Any]:
-    """Counts, pass rate, mean reward and turns, terminations, per task kind, planted faults (if any)."""
-    n = len(trajectories)
-    kinds: dict[str, list[Trajectory]] = {}
-    for t in trajectories:
-        kinds.setdefault(str(t.info.get("task_kind", "-")), []).append(t)
+    summary = summarize(trajectories, source=str(out))
     faults = Counter(f for t in trajectories for f in (t.info.get("faults") or {}).get("planted", []))
-    return {
-        "episodes": n,
-        "passed": sum(t.passed for t in trajectories),
-        "pass_rate": sum(t.passed for t in trajectories) / n if n else 0.0,
-        "mean_reward": sum(t.reward for t in trajectories) / n if n else 0.0,
-        "mean_turns": sum(t.num_turns for t in trajectories) / n if n else 0.0,
-        "terminations": dict(sorted(Counter(t.termination for t in trajectories).items())),
-        "by_task_kind": {k: {"episodes": len(v), "pass_rate": sum(t.passed for t in v) / len(v)} for k, v in sorted(kinds.items())},
-        "planted_faults": dict(sorted(faults.items())),
-    }
+    summary.update({"env": env, "policy": agent.name, "split": split, "seed": seed,
+                    "planted_faults": dict(sorted(faults.items()))})
+    if json_output:
+        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        console = Console()
+        console.print(f"collect: {env} · {agent.name} · split {split} · seed {seed} → {out}", highlight=False)
+        print_summary(summary, console)
+        print_faults(summary, console)
 
 
-def summary_table(summary: dict[str, Any]) -> Table:
-    table = Table(title=f"collect · {summary['env']} · {summary['policy']} · {summary['split']} → {summary['out']}")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("episodes", str(summary["episodes"]))
-    table.add_row("pass rate", f"{summary['pass_rate']:.1%} ({summary['passed']}/{summary['episodes']})")
-    table.add_row("mean reward", f"{summary['mean_reward']:.3f}")
-    table.add_row("mean turns", f"{summary['mean_turns']:.1f}")
-    for reason, count in summary["terminations"].items():
-        table.add_row(f"termination: {reason}", str(count))
-    for kind, row in summary["by_task_kind"].items():
-        table.add_row(f"task kind: {kind}", f"{row['pass_rate']:.1%} of {row['episodes']}")
+def print_faults(summary: dict[str, Any], console: Console) -> None:
+    """Planted faults of a flawed reference policy (the known failure composition), when there are any."""
+    if not summary["planted_faults"]:
+        return
+    table = Table(title="planted faults (flawed policy)")
+    table.add_column("fault")
+    table.add_column("episodes", justify="right")
+    table.add_column("share", justify="right")
     for fault, count in summary["planted_faults"].items():
-        table.add_row(f"planted fault: {fault}", f"{count} ({count / max(summary['episodes'], 1):.1%})")
-    return table
+        table.add_row(fault, str(count), f"{count / max(summary['count'], 1):.1%}")
+    console.print(table)
+
+
+def show(
+    file: Path = typer.Argument(..., help="Rollouts: our JSONL or a τ²-bench results JSON."),
+    tools: Optional[Path] = typer.Option(None, "--tools", help="A tools.json (τ²-bench style) for files without tool schemas."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """Summarise a rollouts file: count, pass rate, rewards, terminations, tool calls, task kinds."""
+    from tracerl.envs.loading import load_rollouts
+
+    summary = summarize(load_rollouts(file, tools=tools), source=str(file))
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
+    else:
+        print_summary(summary, Console())
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `tracerl` app."""
     app.command("collect")(collect)
+    app.command("show")(show)

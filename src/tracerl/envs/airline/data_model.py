@@ -25,7 +25,7 @@ class _Record(BaseModel):
 
 class FlightInfo(_Record):
     flight_number: str = Field(description="Flight number, such as 'HAT001'.")
-    date: str = Field(description="The date for the flight in the format 'YYYY-MM-DD', such as '2024-05-01'.")
+    date: str = Field(description="Date, such as '2024-05-01'.")
 
 
 class Passenger(_Record):

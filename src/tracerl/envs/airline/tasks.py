@@ -40,7 +40,7 @@ SPLITS: dict[str, range] = {"train": TRAIN_SEEDS, "test": TEST_SEEDS}
 
 SubTaskKind = Literal["cancel", "change", "bags", "certificate"]
 _SINGLE_KINDS = (("cancel", 0.25), ("change", 0.20), ("bags", 0.15), ("certificate", 0.10), ("multi", 0.30))
-_MULTI_SIZES = ((2, 0.5), (3, 0.35), (4, 0.15))
+_MULTI_SIZES = ((2, 0.55), (3, 0.35), (4, 0.10))
 _MULTI_KINDS = (("cancel", 0.35), ("change", 0.25), ("bags", 0.25), ("certificate", 0.15))
 _ORDINALS = ("First", "Second", "Third", "Fourth")
 
@@ -365,16 +365,16 @@ class _Builder:
                        mispick_writes=[write_for(wrong)], mispick_say=say_for(wrong)[0])
 
     def _candidates(self, origin: str, destination: str, date: str, cabin: str, constraint: str, old_price: int) -> list[Flight]:
-        """3–5 available flights; ≥ 2 meet the constraint; a constrained search's overall cheapest does not.
+        """3–4 available flights; ≥ 2 meet the constraint; a constrained search's overall cheapest does not.
 
         Prices in `cabin` are distinct and at least 10 away from `old_price` (a price difference is never ~0).
         """
         rng = self.rng
-        hours = rng.sample(range(6, 22), rng.randrange(3, 6))
+        hours = rng.sample(range(6, 22), rng.randrange(3, 5))
         if constraint != "any":
-            morning, evening = [h for h in range(6, 12)], [h for h in range(13, 22)]
+            morning, evening = list(range(6, 12)), list(range(13, 22))
             fit_hours, other = (evening, morning) if constraint == "after" else (morning, evening)
-            hours = rng.sample(fit_hours, rng.randrange(2, 4)) + rng.sample(other, rng.randrange(1, 3))
+            hours = rng.sample(fit_hours, rng.randrange(2, 4)) + rng.sample(other, 1)
         flights = [self.add_flight(origin, destination, date, "available", depart=f"{h:02d}:00") for h in hours]
         # distinct prices in the cabin; under a constraint, the cheapest overall breaks it
         low, high = (300, 1000) if cabin == "business" else (80, 400)

@@ -102,9 +102,9 @@ class AirlineTools(Toolbox):
         """Search the available direct flights between two cities on a date, with prices per cabin.
 
         Args:
-            origin: The origin city airport in three letters, such as 'JFK'.
-            destination: The destination city airport in three letters, such as 'LAX'.
-            date: The date of the flight in the format 'YYYY-MM-DD', such as '2024-01-01'.
+            origin: The origin airport code, such as 'JFK'.
+            destination: The destination airport code, such as 'LAX'.
+            date: The date, such as '2024-05-20'.
         """
         found = [
             f for f in self.db.flights.values()
@@ -141,9 +141,9 @@ class AirlineTools(Toolbox):
 
         Args:
             reservation_id: The reservation ID, such as 'ZFA04Y'.
-            cabin: The cabin class of the reservation
-            flights: An array of objects containing details about each piece of flight in the ENTIRE new reservation. Even if the a flight segment is not changed, it should still be included in the array.
-            payment_id: The payment id stored in user profile, such as 'credit_card_7815826', 'gift_card_7815826', 'certificate_7815826'.
+            cabin: The cabin class of the reservation.
+            flights: Every flight of the new reservation ({flight_number, date}), unchanged ones included.
+            payment_id: A payment id from the user profile, such as 'credit_card_7815'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -178,10 +178,10 @@ class AirlineTools(Toolbox):
         """Update the checked bags of a reservation; extra non-free bags are paid with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'ZFA04Y'
-            total_baggages: The updated total number of baggage items included in the reservation.
-            nonfree_baggages: The updated number of non-free baggage items included in the reservation.
-            payment_id: The payment id stored in user profile, such as 'credit_card_7815826', 'gift_card_7815826', 'certificate_7815826'.
+            reservation_id: The reservation ID, such as 'ZFA04Y'.
+            total_baggages: The new total number of checked bags.
+            nonfree_baggages: The new number of paid checked bags.
+            payment_id: A payment id from the user profile, such as 'credit_card_7815'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -201,7 +201,7 @@ class AirlineTools(Toolbox):
         """Send a travel certificate to a user as compensation.
 
         Args:
-            user_id: The ID of the user to book the reservation, such as 'sara_doe_496'.
+            user_id: The user ID, such as 'sara_doe_496'.
             amount: The amount of the certificate to send.
         """
         user = self._user(user_id)
@@ -218,7 +218,7 @@ class AirlineTools(Toolbox):
         """Calculate the result of a mathematical expression.
 
         Args:
-            expression: The mathematical expression to calculate, such as '2 + 2'. The expression can contain numbers, operators (+, -, *, /), parentheses, and spaces.
+            expression: Numbers, + - * / and parentheses, such as '(260 - 200) * 2'.
         """
         value = evaluate_arithmetic(expression)
         return str(round(value, 2))
