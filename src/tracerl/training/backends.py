@@ -24,6 +24,7 @@ class LocalBackend:
     """Rollouts from the model being trained (same process, same weights)."""
 
     make_policy: PolicyFactory
+    needs_adapter_files = False  # the policy samples with the live weights
 
     def policy(self, *, greedy: bool, seed: int) -> Policy:
         return self.make_policy(greedy, seed)
@@ -60,6 +61,7 @@ class ServerBackend:
 
     make_policy: PolicyFactory
     sync: VLLMAdapterSync
+    needs_adapter_files = True
 
     def policy(self, *, greedy: bool, seed: int) -> Policy:
         return self.make_policy(greedy, seed)

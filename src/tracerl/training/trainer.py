@@ -45,6 +45,8 @@ from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, tra
 class RolloutBackend(Protocol):
     """Where rollouts come from: the training model itself, or a server that hot-swaps the adapter."""
 
+    needs_adapter_files: bool  # True: save the adapter after every step and call after_step with its folder
+
     def policy(self, *, greedy: bool, seed: int) -> Policy:
         """A policy sampling with the current adapter, its generators seeded from `seed` (greedy: for evaluation)."""
         ...
@@ -155,7 +157,7 @@ class GRPOTrainer:
         torch.manual_seed(derive_seed(cfg.seed, step, "update", self.world.rank))  # LoRA dropout
         row.update(self.update(sequences))
         self.state.step = step
-        if self.world.is_main:
+        if self.backend.needs_adapter_files and self.world.is_main:
             ckpt.save_adapter(self.model, self.out)
             self.backend.after_step(self.out)
         barrier(self.world)
@@ -312,6 +314,7 @@ class GRPOTrainer:
         rngs = all_gather(self.world, ckpt.rng_state())
         if self.world.is_main:
             ckpt.save_checkpoint(self.out, self.model, self.optimizer, self.state, rngs)
+            ckpt.save_adapter(self.model, self.out)
         barrier(self.world)
 
 
