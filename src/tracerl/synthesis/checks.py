@@ -108,11 +108,13 @@ def check_schema_fidelity(env_tools: Sequence[ToolSchema], target_tools: Sequenc
     return CheckResult(name="schema", passed=not problems, detail=detail)
 
 
-def _fingerprint(env: Env, seed: int) -> str:
+def _fingerprint(env: Env, seed: int) -> tuple[str, str]:
+    """(everything reset shows, the opening messages alone)."""
     messages, info = env.reset(seed=seed)
     public = {k: v for k, v in info.items() if not k.startswith("_")}
     tools = [t.model_dump() for t in env.tools]
-    return canonical_json({"messages": [m.to_openai() for m in messages], "info": public, "tools": tools})
+    opening = canonical_json([m.to_openai() for m in messages])
+    return canonical_json({"messages": opening, "info": public, "tools": tools}), opening
 
 
 def check_determinism(make_env: Callable[[], Env], seeds: Sequence[int]) -> CheckResult:
@@ -123,7 +125,7 @@ def check_determinism(make_env: Callable[[], Env], seeds: Sequence[int]) -> Chec
         fa, fb = _fingerprint(a, seed), _fingerprint(b, seed)
         if fa != fb:
             return CheckResult(name="determinism", passed=False, detail=f"seed {seed}: two resets give different tasks")
-        openings.add(fa)
+        openings.add(fa[1])
         oa, ob = a.oracle(seed), b.oracle(seed)
         if [x.key() for x in oa] != [x.key() for x in ob]:
             return CheckResult(name="determinism", passed=False, detail=f"seed {seed}: oracle differs between calls")
@@ -145,7 +147,9 @@ def check_oracle(make_env: Callable[[], Env], seeds: Sequence[int]) -> CheckResu
         if abs(reward - 1.0) > 1e-6:
             failed.append(f"{seed} ({reward:.3g})")
     if failed:
-        return CheckResult(name="oracle", passed=False, detail=f"oracle scores < 1 on seeds {', '.join(failed[:8])}")
+        more = ", …" if len(failed) > 8 else ""
+        return CheckResult(name="oracle", passed=False,
+                           detail=f"oracle scores < 1 on {len(failed)} of {len(seeds)} seeds: {', '.join(failed[:8])}{more}")
     return CheckResult(name="oracle", passed=True, detail=f"oracle scores 1.0 on {len(seeds)} seeds")
 
 

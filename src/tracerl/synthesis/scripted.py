@@ -14,6 +14,9 @@ from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
 
 
+CLOSING = "All your requests are handled. Is there anything else?"
+
+
 class NoisyOraclePolicy:
     def __init__(self, accuracy: float = 0.8, seed: int = 0):
         if not 0.0 <= accuracy <= 1.0:
@@ -33,13 +36,13 @@ class NoisyOraclePolicy:
         state = session.state
         gold = [Action.model_validate(a) for a in session.info.get("gold_actions", [])]
         if state["stopped"] or state["step"] >= len(gold):
-            return Message.assistant("All done.")
+            return Message.assistant(CLOSING)
         action = gold[state["step"]]
         state["step"] += 1
         if state["rng"].random() >= self.accuracy:
             state["stopped"] = True
             if not action.arguments:
-                return Message.assistant("All done.")
+                return Message.assistant(CLOSING)
             arguments = dict(action.arguments)
             last = sorted(arguments)[-1]
             arguments[last] = f"{arguments[last]}x"

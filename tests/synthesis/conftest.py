@@ -1,0 +1,26 @@
+"""Fixtures: the targets (built-in airline, τ²-bench retail and airline tools.json)."""
+
+from pathlib import Path
+
+import pytest
+
+from tracerl.synthesis.target import Target, load_target
+
+MODULES = Path(__file__).parent / "modules"
+
+
+@pytest.fixture(scope="session")
+def retail(request) -> Target:
+    shared = Path(__file__).resolve().parents[2].parent / "shared"
+    return load_target(str(shared / "tau2" / "retail" / "tools.json"))
+
+
+@pytest.fixture(scope="session")
+def tau2_airline() -> Target:
+    shared = Path(__file__).resolve().parents[2].parent / "shared"
+    return load_target(str(shared / "tau2" / "airline" / "tools.json"))
+
+
+@pytest.fixture(scope="session")
+def airline() -> Target:
+    return load_target("airline")

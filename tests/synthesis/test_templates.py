@@ -1,0 +1,136 @@
+"""The four templates meet every requirement on the built-in airline domain and on retail's tools.json,
+and their rewards give the hand-computed values for known behaviours."""
+
+import pytest
+
+from tracerl.core.messages import Action
+from tracerl.synthesis.checks import play, validate_env
+from tracerl.synthesis.target import tool_families
+from tracerl.synthesis.templates import TEMPLATES, template_for
+from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
+from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
+from tracerl.synthesis.templates.precision import ToolCallPrecisionEnv
+from tracerl.synthesis.templates.structured import StructuredDataReasoningEnv
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATES))
+@pytest.mark.parametrize("which", ["airline", "retail"])
+def test_template_passes_every_check(name, which, request):
+    target = request.getfixturevalue(which)
+    cls = TEMPLATES[name]
+    for difficulty in (0, 4):
+        report = validate_env(lambda: cls(target, difficulty=difficulty), target.tools, seeds=range(20))
+        assert report.passed, f"{name} on {which} at difficulty {difficulty}: {report.failures()}"
+        assert report.get("oracle").detail == "oracle scores 1.0 on 20 seeds"
+
+
+def test_tools_are_the_targets_own_schemas(retail, airline):
+    for target in (retail, airline):
+        for cls in TEMPLATES.values():
+            env = cls(target, difficulty=1)
+            assert 3 <= len(env.tools) <= 5
+            for schema in env.tools:
+                assert schema == target.tool(schema.name)  # verbatim: description, parameters, kind
+
+
+def test_families_pair_read_check_with_write_acts(retail, tau2_airline):
+    fam = tool_families(retail.tools)[0]
+    assert (fam.check.name, fam.id_param, fam.acts[0].name) == ("get_order_details", "order_id", "cancel_pending_order")
+    assert {a.name for a in fam.acts} == {
+        "cancel_pending_order", "modify_pending_order_payment", "return_delivered_order_items",
+        "exchange_delivered_order_items", "modify_pending_order_items", "modify_pending_order_address"}
+    fam = tool_families(tau2_airline.tools)[0]
+    assert (fam.check.name, fam.acts[0].name) == ("get_reservation_details", "cancel_reservation")
+
+
+def test_template_names_and_aliases():
+    assert template_for("tool_calling_precision") is ToolCallPrecisionEnv
+    assert template_for("Multi-Step Completion") is MultiStepCompletionEnv
+    assert template_for("tone_and_empathy") is None
+
+
+def test_difficulty_adds_steps(retail):
+    for cls in TEMPLATES.values():
+        lengths = [sum(len(cls(retail, difficulty=d).oracle(s)) for s in range(10)) for d in range(5)]
+        assert lengths[4] > lengths[0], cls.capability
+    with pytest.raises(ValueError):
+        PreconditionVerificationEnv(retail, difficulty=5)
+
+
+def _seed_of_kind(env, kind):
+    return next(s for s in range(100) if env.reset(seed=s)[1]["task_kind"] == kind)
+
+
+def test_precondition_rewards(retail):
+    env = PreconditionVerificationEnv(retail, difficulty=1)
+    allowed, forbidden = _seed_of_kind(env, "allowed"), _seed_of_kind(env, "forbidden")
+    check, act = env.oracle(allowed)
+    assert play(env, allowed, [check, act])[0] == 1.0
+    assert play(env, allowed, [act])[0] == pytest.approx(0.7)  # acted right, without checking
+    assert play(env, allowed, [act, check])[0] == pytest.approx(0.7)  # the read came too late
+    assert play(env, allowed, [check])[0] == pytest.approx(0.3)  # checked, then did not act
+    (check,) = env.oracle(forbidden)
+    record_id = check.arguments["order_id"]
+    wrong = Action(name="cancel_pending_order", arguments={"order_id": record_id, "reason": "no longer needed"})
+    assert play(env, forbidden, [check])[0] == 1.0
+    assert play(env, forbidden, [check, wrong])[0] == pytest.approx(0.3)  # checked, then acted anyway
+    assert play(env, forbidden, [])[0] == pytest.approx(0.7)  # refused without checking
+    kinds = {env.reset(seed=s)[1]["task_kind"] for s in range(40)}
+    assert kinds == {"allowed", "forbidden"}  # acting is right in some seeds, forbidden in others
+
+
+def test_multi_step_rewards(retail):
+    env = MultiStepCompletionEnv(retail, difficulty=2)  # 4 requests
+    gold = env.oracle(3)
+    assert len(gold) == 4
+    assert play(env, 3, gold[:3])[0] == pytest.approx(0.75)
+    assert play(env, 3, gold[:1])[0] == pytest.approx(0.25)
+    extra = Action(name=gold[0].name, arguments={**gold[1].arguments, "order_id": gold[0].arguments["order_id"]})
+    if extra.arguments != gold[0].arguments:
+        assert play(env, 3, gold + [extra])[0] == pytest.approx(0.5)  # all done, one unasked write: halved
+
+
+def test_structured_rewards(retail):
+    env = StructuredDataReasoningEnv(retail, difficulty=1)  # 3 records
+    gold = env.oracle(0)
+    reads, act = gold[:-1], gold[-1]
+    assert len(reads) == 3
+    assert play(env, 0, gold)[0] == 1.0
+    assert play(env, 0, [act])[0] == pytest.approx(0.8)  # right record, nothing read
+    other = next(r.arguments["order_id"] for r in reads if r.arguments["order_id"] != act.arguments["order_id"])
+    wrong = Action(name=act.name, arguments={**act.arguments, "order_id": other})
+    assert play(env, 0, reads + [wrong])[0] == pytest.approx(0.2)
+    assert play(env, 0, reads[:2] + [act])[0] == pytest.approx(0.2 * 2 / 3 + 0.8)
+
+
+def test_precision_rewards(retail):
+    env = ToolCallPrecisionEnv(retail, difficulty=0)
+    (gold,) = env.oracle(1)
+    assert gold.name == "modify_pending_order_address" and len(gold.arguments) == 7
+    typo = Action(name=gold.name, arguments={**gold.arguments, "city": gold.arguments["city"].lower()})
+    assert play(env, 1, [typo])[0] == pytest.approx(6 / 7)
+    assert play(env, 1, [typo, gold])[0] == 1.0  # the last write counts, as a database would
+    assert play(env, 1, [gold, typo])[0] == pytest.approx(6 / 7)
+
+
+def test_user_answers_like_the_airline_user(airline):
+    from tracerl.core.messages import Message
+
+    env = PreconditionVerificationEnv(airline, difficulty=0)
+    _, info = env.reset(seed=2)
+    user_id = env._task.user_id
+    out, *_ = env.step(Message.assistant("Hello! Please tell me your user id."))
+    assert out[0].content == f"My user id is {user_id}."
+    out, *_ = env.step(Message.assistant("Shall I proceed? Please confirm."))
+    assert out[0].content == "yes"
+    out, reward, terminated, _, _ = env.step(Message.assistant("Is there anything else?"))
+    assert terminated and out[0].content == "No, thank you. Goodbye."
+
+
+def test_hint_goes_into_system_prompt_and_is_strippable(retail):
+    env = StructuredDataReasoningEnv(retail, difficulty=2)
+    plain, _ = env.reset(seed=4)
+    hinted, info = env.reset(seed=4, options={"hint": True})
+    assert info["_hint"] in hinted[0].content and info["_hint"] not in plain[0].content
+    assert info["_prompt_without_hint"] == plain
+    assert hinted[1] == plain[1]
