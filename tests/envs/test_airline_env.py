@@ -112,15 +112,24 @@ def test_generated_tasks_are_consistent():
 
 # --- user ----------------------------------------------------------------------------------------
 def test_scripted_user_rules():
-    single = next(generate_task(s) for s in range(100) if len(generate_task(s).subtasks) == 1)
-    multi = next(generate_task(s) for s in range(100) if len(generate_task(s).subtasks) > 1)
+    single = _task_with(lambda t: t.task_kind == "cancel")
+    multi = _task_with(lambda t: len(t.subtasks) == 2 and {s.kind for s in t.subtasks} == {"cancel", "bags"})
     user = ScriptedUser(single)
+    rid, reason = single.subtasks[0].reservation_id, single.subtasks[0].reason
     assert user.reply("Please tell me your user id.") == (f"My user id is {single.user_id}.", False)
     assert user.reply("I will cancel it. Do you confirm?") == ("yes", False)
+    assert user.reply("What is the reservation id?") == (f"The reservation id is {rid}.", False)
+    assert user.reply("What is the reason for the cancellation?") == (f"The reason is {reason}.", False)
+    assert user.reply("Which payment method?") == (f"I want to {single.subtasks[0].request}.", False)  # none involved
     assert user.reply("Sorry, I cannot do that.") == ("I understand. Goodbye.", True)
     assert user.reply("Done. Is there anything else?") == ("No, thank you. Goodbye.", True)
     assert user.reply("The weather is nice.") == (f"I want to {single.subtasks[0].request}.", False)
-    assert ScriptedUser(multi).reply("Sorry, I cannot do that.") == ("OK, I understand.", False)
+    other = ScriptedUser(multi)
+    bags = next(s for s in multi.subtasks if s.kind == "bags")
+    assert other.reply("Sorry, I cannot do that.") == ("OK, I understand.", False)
+    assert other.reply("Which payment method should I use?") == (f"Please use my {bags.payment}.", False)
+    ids = ", ".join(s.reservation_id for s in multi.subtasks)
+    assert other.reply("Which reservation?") == (f"The reservation ids are {ids}.", False)
 
 
 # --- reward ---------------------------------------------------------------------------------------

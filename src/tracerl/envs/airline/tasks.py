@@ -76,6 +76,8 @@ class SubTask(BaseModel):
     allowed: bool
     rule: str  # why it is allowed or forbidden, in policy words
     request: str  # the user's words
+    reason: str | None = None  # cancel: the reason, in the user's words
+    payment: str | None = None  # change / bags: the payment method the user wants, in words ("gift card")
     reads: list[Action]  # what the oracle reads for this sub-task, in order
     writes: list[Action]  # gold writes (empty when forbidden)
     communicate: list[str]
@@ -297,7 +299,7 @@ class _Builder:
         amount = refund(reservation)
         request = f"cancel reservation {rid} because of {REASONS[reason]}"
         if not allowed:
-            return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reads=[read],
+            return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
                            say=f"Sorry, I cannot cancel reservation {rid}: {rule}.",
                            anyway_reads=[], anyway_writes=[write],
@@ -306,7 +308,7 @@ class _Builder:
         wrong = _wrong_number(amount, [reservation.payment_history[0].amount if len(reservation.payment_history) > 1 else 0,
                                        amount // n if n > 1 else 0, amount - 30 * n])
         say = "I will cancel reservation {rid}. The refund is {amount} dollars. Do you confirm?"
-        return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reads=[read],
+        return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                        writes=[write], communicate=[str(amount)], reasoning_args=[],
                        say=say.format(rid=rid, amount=amount),
                        mispick_writes=[write], mispick_say=say.format(rid=rid, amount=wrong))
@@ -356,11 +358,11 @@ class _Builder:
         read = Action(name="get_reservation_details", arguments={"reservation_id": rid})
         best_say, diff = say_for(best)
         if not allowed:
-            return SubTask(kind="change", reservation_id=rid, allowed=False, rule=rule, request=request, reads=[read],
+            return SubTask(kind="change", reservation_id=rid, allowed=False, rule=rule, request=request, payment=payment_words, reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
                            say=f"Sorry, I cannot change reservation {rid}: {rule}.",
                            anyway_reads=[read, search], anyway_writes=[write_for(best)], anyway_say=best_say)
-        return SubTask(kind="change", reservation_id=rid, allowed=True, rule=rule, request=request, reads=[read, search],
+        return SubTask(kind="change", reservation_id=rid, allowed=True, rule=rule, request=request, payment=payment_words, reads=[read, search],
                        writes=[write_for(best)], communicate=[str(abs(diff))], reasoning_args=["flights"], say=best_say,
                        mispick_writes=[write_for(wrong)], mispick_say=say_for(wrong)[0])
 
@@ -411,7 +413,7 @@ class _Builder:
         bag_words = "1 checked bag" if added == 1 else f"{added} checked bags"
         return SubTask(kind="bags", reservation_id=rid, allowed=True, rule=f"{free} free bags", reads=[
             Action(name="get_reservation_details", arguments={"reservation_id": rid})],
-            request=f"add {bag_words} to reservation {rid}, paid with my {payment_words}",
+            request=f"add {bag_words} to reservation {rid}, paid with my {payment_words}", payment=payment_words,
             writes=[write(current + added, extra)], communicate=[str(extra * BAG_FEE)],
             reasoning_args=["total_baggages", "nonfree_baggages"], say=say(current + added, extra),
             mispick_writes=[write(current + added, added)], mispick_say=say(current + added, added))
