@@ -95,3 +95,50 @@ def test_bad_config_value(base, tmp_path, capsys):
     out = tmp_path / "out"
     _fails_before_writing(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(cfg)],
                           out, capsys, "bad.yaml", "loss_type")
+
+
+def _env_dir(root, capability="precondition_verification", module_source=None):
+    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.synthesis.target import load_target
+
+    spec = (EnvSpec(capability=capability, template=capability, target="airline") if module_source is None else
+            EnvSpec(capability=capability, source="llm", module="env.py", target="airline"))
+    return write_env_dir(root / capability, spec, load_target("airline"), module_source=module_source)
+
+
+FLAKY = '''import random
+from tracerl.synthesis.target import load_target
+from tracerl.synthesis.templates import TEMPLATES
+
+
+class Flaky(TEMPLATES["precondition_verification"]):
+    def reset(self, seed=None, options=None):  # ignores the seed: not reproducible
+        return super().reset(seed=random.randrange(10**6), options=options)
+
+
+def make_env(difficulty):
+    return Flaky(load_target("airline"), difficulty=difficulty)
+'''
+
+
+def test_train_all_capability_dirs(base, config, tmp_path, capsys):
+    torch.set_num_threads(1)
+    envs = tmp_path / "envs"
+    _env_dir(envs, "precondition_verification")
+    _env_dir(envs, "tool_call_precision")
+    out = tmp_path / "adapters"
+    assert main(["train", "--all", "--env", str(envs), "--base", base, "--out", str(out), "--config", config,
+                 "--json"]) == 0
+    summaries = json.loads(capsys.readouterr().out)
+    assert [s["capability"] for s in summaries] == ["precondition_verification", "tool_call_precision"]
+    for s in summaries:
+        assert (out / s["capability"] / "adapter_config.json").exists()
+        saved = json.loads((out / s["capability"] / "train_config.json").read_text())
+        assert saved["config"]["hint_fraction"] == 0.25  # the env directory's hint fraction
+
+
+def test_environment_that_fails_validation(base, config, tmp_path, capsys):
+    flaky = _env_dir(tmp_path / "envs", "flaky", module_source=FLAKY)
+    out = tmp_path / "out"
+    _fails_before_writing(["train", "--env", str(flaky), "--base", base, "--out", str(out), "--config", config],
+                          out, capsys, "fails validation", "determinism")

@@ -26,8 +26,7 @@ def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, res
     cfg = load_config(config, max_rollouts=max_rollouts, max_steps=max_steps, seed=seed)
     make_env, name, env_defaults = resolve_env(env)
     if "hint_fraction" not in cfg.model_fields_set and env_defaults.get("hint_fraction"):
-        cfg = cfg.model_copy(update={"hint_fraction": env_defaults["hint_fraction"]})
-        cfg = type(cfg).model_validate(cfg.model_dump())
+        cfg = cfg.model_copy(update={"hint_fraction": float(env_defaults["hint_fraction"])})
     if resume is False and (out / "checkpoint").exists():
         raise InputError(f"{out}: holds a run already; pass --resume to continue it or choose another --out")
     show = world.is_main and not quiet

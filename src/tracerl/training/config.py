@@ -82,8 +82,6 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.eval_episodes and self.eval_seed_start < self.train_seeds:
             raise ValueError("eval_seed_start must be ≥ train_seeds: held-out seeds may not be training seeds")
-        if self.hint_fraction > 0 and round(self.hint_fraction * self.num_generations) == 0:
-            raise ValueError("hint_fraction × num_generations rounds to 0 hinted rollouts")
         return self
 
     @property
@@ -92,7 +90,10 @@ class TrainConfig(BaseModel):
 
     @property
     def hinted_per_group(self) -> int:
-        return round(self.hint_fraction * self.num_generations)
+        """Rollouts per group sampled with the hint: round(hint_fraction × G), at least 1 if hints are on."""
+        if self.hint_fraction == 0:
+            return 0
+        return min(self.num_generations, max(1, round(self.hint_fraction * self.num_generations)))
 
 
 def load_config(path: str | Path | None, **overrides) -> TrainConfig:
