@@ -141,3 +141,10 @@ def test_calculate_and_transfer():
     assert tools.call("calculate", {"expression": "__import__('os')"}).startswith("Error: invalid expression")
     assert tools.call("calculate", {"expression": "1 / 0"}) == "Error: division by zero"
     assert tools.call("transfer_to_human_agents", {"summary": "flown segment"}) == "Transfer successful"
+
+
+def test_each_toolbox_gets_its_own_schema_copies():
+    """Tool schemas are derived once per function; every Toolbox still gets copies it may change."""
+    a, b = AirlineTools(), AirlineTools()
+    a.schemas[0].parameters["properties"].clear()
+    assert b.schemas[0].parameters["properties"] and AirlineTools().schemas[0].parameters["properties"]

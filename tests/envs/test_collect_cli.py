@@ -48,3 +48,19 @@ def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, flag
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not out.exists()
+
+
+def test_same_seed_same_bytes_across_processes(tmp_path):
+    """Nothing depends on the interpreter's hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"r{hash_seed}.jsonl"
+        subprocess.run([sys.executable, "-c", "from tracerl.cli import entry; entry()", "collect", "--policy", "flawed",
+                        "--tasks", "30", "--split", "train", "--seed", "3", "--out", str(out), "--json"],
+                       check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] and outs[0]
