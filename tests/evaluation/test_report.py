@@ -17,7 +17,8 @@ from tracerl.core.io import write_json, write_jsonl
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.report_data import pick_examples
+from tracerl.evaluation.report_data import load_report_data, pick_examples
+from tracerl.evaluation.report_html import render_html
 from tracerl.evaluation.stats import bootstrap_mean, paired_difference
 
 CAPABILITIES = ["precondition_verification", "structured_data_reasoning", "tool_calling_precision"]
@@ -166,14 +167,35 @@ def load_summary(ws: Path) -> dict:
     return json.loads((ws / "report" / "report.json").read_text())
 
 
+def summary_of(ws: Path) -> dict:
+    """report.json's content without drawing the figures (the data path only: fast)."""
+    return json.loads(json.dumps(load_report_data(ws).summary()))
+
+
+def page_of(ws: Path) -> str:
+    """The page without figures."""
+    return render_html(load_report_data(ws), {})
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, str]:
+    """One complete workspace and its report, built through the CLI (read-only for the tests using it)."""
+    import contextlib
+    import io
+
+    ws = make_workspace(tmp_path_factory.mktemp("built"))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert run_report(ws) == 0
+    return ws, out.getvalue() + err.getvalue()
+
+
 # ----------------------------------------------------------------------------- the full report
 
 
-def test_report_of_a_complete_workspace(tmp_path, capsys):
-    ws = make_workspace(tmp_path)
-    assert run_report(ws) == 0
-    out = capsys.readouterr()
-    assert "report/index.html" in out.err and "trace_moe" in out.out
+def test_report_of_a_complete_workspace(built):
+    ws, output = built
+    assert f"report: {ws / 'report' / 'index.html'}" in output and "trace_moe" in output
 
     summary = load_summary(ws)
     evaluation = summary["evaluation"]
@@ -221,12 +243,11 @@ def test_report_of_a_complete_workspace(tmp_path, capsys):
                  "tool result · cancel_reservation", "Error: reservation not found", "target: airline"):
         assert text in page, text
     assert "Not available yet" not in page
+    assert "budget differs" not in page  # TRACE and GRPO-on-target both used 2,120 rollouts
 
 
-def test_sample_efficiency_derived_from_variants_and_grpo_metrics(tmp_path):
-    ws = make_workspace(tmp_path)
-    assert run_report(ws) == 0
-    se = load_summary(ws)["sample_efficiency"]
+def test_sample_efficiency_derived_from_variants_and_grpo_metrics(built):
+    se = load_summary(built[0])["sample_efficiency"]
     assert se["source"].startswith("derived")
     assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
     # GRPO: its eval_success rows (steps 0, 5, 10 → rollouts 0, 320, 640), then its test pass^1 at its budget.
@@ -240,18 +261,20 @@ def test_sample_efficiency_from_its_file(tmp_path):
     ws = make_workspace(tmp_path)
     write_json(ws / "eval" / "sample_efficiency.json",
                {"trace": [[1000, 0.45], [0, 0.33], [2120, 0.58]], "grpo_target": [[0, 0.33], [2120, 0.41]]})
-    assert run_report(ws) == 0
-    se = load_summary(ws)["sample_efficiency"]
+    se = summary_of(ws)["sample_efficiency"]
     assert se["source"] == "eval/sample_efficiency.json"
     assert se["trace"] == [[0, 0.33], [1000, 0.45], [2120, 0.58]]
     assert se["grpo_target"] == [[0, 0.33], [2120, 0.41]]
 
 
-def test_report_is_deterministic(tmp_path):
+def test_report_is_deterministic_and_a_bad_input_leaves_it_untouched(tmp_path):
     ws = make_workspace(tmp_path)
     assert run_report(ws) == 0
     first = {p.name: p.read_bytes() for p in (ws / "report").iterdir()}
     assert run_report(ws) == 0
+    assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == first
+    (ws / "eval" / "base.json").write_text("{")
+    assert run_report(ws) == 2
     assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == first
 
 
@@ -267,8 +290,7 @@ def test_every_string_from_the_data_is_escaped(tmp_path):
     trajectories = [episode(t, t in PASSES["base"]) for t in TASKS]
     trajectories[1].messages[1] = Message.user('<img src=x onerror="alert(1)"> cancel </div>')
     write_jsonl(ws / "eval" / "base.jsonl", trajectories)
-    assert run_report(ws) == 0
-    page = (ws / "report" / "index.html").read_text()
+    page = page_of(ws)
     assert "<script" not in page and "<img src=x" not in page and "<b>decoy</b>" not in page
     assert "&lt;script&gt;alert(&quot;cap&quot;)&lt;/script&gt; &amp; &quot;quoted&quot;" in page
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; cancel &lt;/div&gt;" in page
@@ -280,8 +302,7 @@ def test_long_tool_results_are_cut(tmp_path):
     long_text = "x" * 4000 + "TAIL-MARKER"
     write_jsonl(ws / "eval" / "trace_moe.jsonl",
                 [episode(t, t in PASSES["trace_moe"], tool_text=long_text) for t in TASKS])
-    assert run_report(ws) == 0
-    page = (ws / "report" / "index.html").read_text()
+    page = page_of(ws)
     assert "TAIL-MARKER" not in page
     assert f"(+{len(long_text) - 600:,} characters)" in page
 
@@ -314,8 +335,7 @@ def test_one_stage_missing(tmp_path, removed, missing):
     ws = make_workspace(tmp_path)
     path = ws / removed
     shutil.rmtree(path) if path.is_dir() else path.unlink()
-    assert run_report(ws) == 0
-    summary = load_summary(ws)
+    summary = summary_of(ws)
     assert set(summary["missing"]) == {missing}
     assert summary["evaluation"]["trace_moe"]["pass1"]["mean"] == pytest.approx(7 / 12)
 
@@ -324,8 +344,7 @@ def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
     ws = make_workspace(tmp_path)
     (ws / "eval" / "trace_moe.json").unlink()
     (ws / "eval" / "trace_moe.jsonl").rename(ws / "eval" / "trace_router.jsonl")
-    assert run_report(ws) == 0
-    summary = load_summary(ws)
+    summary = summary_of(ws)
     assert summary["headline"]["trace"]["variant"] == "trace_router"
     assert summary["sample_efficiency"]["trace"][-1] == [1920, pytest.approx(6 / 12)]
     assert summary["examples"]  # drawn from trace_router.jsonl
@@ -335,8 +354,7 @@ def test_the_briefs_flat_shapes_read_the_same(tmp_path):
     """capabilities with cov_ci/er_plus_zero/task-id examples, top-level calibration stats, `rollouts`,
     flat routing accuracy: the same figures come out."""
     ws = make_workspace(tmp_path)
-    assert run_report(ws) == 0
-    reference = load_summary(ws)
+    reference = summary_of(ws)
     caps = json.loads((ws / "capabilities.json").read_text())
     for c in caps["capabilities"]:
         for old, new in (("cov_ci95", "cov_ci"), ("delta_ci95", "delta_ci"), ("er_plus_flag", "er_plus_zero")):
@@ -353,8 +371,7 @@ def test_the_briefs_flat_shapes_read_the_same(tmp_path):
         _write_rows(path, [{("rollouts" if k == "rollouts_used" else k): v for k, v in r.items()} for r in rows])
     write_json(ws / "composed" / "composition.json", {
         "routing_accuracy": {"precondition_verification": 0.9, "tool_calling_precision": 0.85, "overall": 0.875}})
-    assert run_report(ws) == 0
-    summary = load_summary(ws)
+    summary = summary_of(ws)
     for key in ("evaluation", "routing_accuracy", "routing_accuracy_by_capability", "sample_efficiency"):
         assert summary[key] == reference[key], key
     for cap in CAPABILITIES:
@@ -370,8 +387,14 @@ def test_the_briefs_flat_shapes_read_the_same(tmp_path):
 def test_routing_accuracy_as_a_number(tmp_path):
     ws = make_workspace(tmp_path)
     write_json(ws / "composed" / "composition.json", {"routing_accuracy": 0.5})
-    assert run_report(ws) == 0
-    assert load_summary(ws)["routing_accuracy"] == 0.5
+    assert summary_of(ws)["routing_accuracy"] == 0.5
+
+
+def test_unequal_budgets_are_flagged(tmp_path):
+    ws = make_workspace(tmp_path)
+    grpo = json.loads((ws / "eval" / "grpo_target.json").read_text())
+    write_json(ws / "eval" / "grpo_target.json", {**grpo, "rollouts_used": 1000})
+    assert "budget differs from TRACE's (2,120)" in page_of(ws)
 
 
 @pytest.mark.parametrize("path, content, message", [
@@ -398,15 +421,6 @@ def test_a_malformed_file_is_a_one_line_error_naming_it(tmp_path, capsys, path, 
     assert not (ws / "report").exists(), "nothing may be written when an input is malformed"
 
 
-def test_a_malformed_file_leaves_the_previous_report_untouched(tmp_path):
-    ws = make_workspace(tmp_path)
-    assert run_report(ws) == 0
-    before = {p.name: p.read_bytes() for p in (ws / "report").iterdir()}
-    (ws / "eval" / "base.json").write_text("{")
-    assert run_report(ws) == 2
-    assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == before
-
-
 def test_missing_workspace_is_an_input_error(tmp_path, capsys):
     assert run_report(tmp_path / "nope") == 2
     assert "workspace folder does not exist" in capsys.readouterr().err
@@ -424,7 +438,8 @@ def test_pick_examples_prefers_base_failed_trace_passed_then_disagreements():
 
 
 def test_open_starts_the_users_browser_on_the_report(tmp_path, monkeypatch):
-    ws = make_workspace(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
     opened = tmp_path / "opened.txt"
     browser = tmp_path / "browser.sh"
     browser.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
@@ -458,16 +473,25 @@ def render(chromium: str, page: Path, screenshot: Path, profile: Path) -> list[s
     return [line for line in proc.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
 
 
+def test_chromium_missing_fails_in_ci_and_skips_outside(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no browser on it
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="chromium is required in CI"):
+        _chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception):
+        _chromium()
+
+
 @pytest.mark.slow
-def test_report_renders_in_headless_chromium_without_console_errors(tmp_path):
+def test_report_renders_in_headless_chromium_without_console_errors(built, tmp_path):
     chromium = _chromium()
     # The check itself must be able to fail: a page with a script error is caught.
     broken = tmp_path / "broken.html"
     broken.write_text("<html><body><script>console.error('boom'); missingFunction();</script></body></html>")
     assert render(chromium, broken, tmp_path / "broken.png", tmp_path / "profile-broken")
 
-    ws = make_workspace(tmp_path)
-    assert run_report(ws) == 0
+    ws = built[0]
     screenshot = tmp_path / "report.png"
     assert render(chromium, ws / "report" / "index.html", screenshot, tmp_path / "profile") == []
     png = screenshot.read_bytes()

@@ -214,6 +214,9 @@ def _headline(data: ReportData) -> str:
     trace = ev.get(data.trace_variant) if data.trace_variant else None
     trace_label = f"TRACE ({data.trace_variant.replace('trace_', '')})" if data.trace_variant else "TRACE"
     grpo_extra = [f"TRACE − GRPO: {_signed(data.trace_vs_grpo)}"] if data.trace_vs_grpo else []
+    grpo = ev.get("grpo_target")
+    if trace is not None and grpo is not None and grpo.rollouts_used != trace.rollouts_used:
+        grpo_extra.append(f'<span class="down">budget differs from TRACE\'s ({trace.rollouts_used:,})</span>')
     cards = [
         _variant_card(trace_label, trace, trace=True),
         _variant_card("Base model", ev.get("base")),
