@@ -98,13 +98,18 @@ def print_table(document: dict[str, Any], out: Path) -> None:
     p, totals = document["params"], document["totals"]
     table = Table(title=f"capability selection — {totals['failed']} failed / {totals['passed']} passed; "
                         f"ρ={p['rho']:g} δ={p['delta']:g} K={p['k']} of N={p['n']}")
+    console = Console()
+    wide = console.width >= 120  # the intervals and notes only where they fit
     table.add_column("#", justify="right", no_wrap=True)
     table.add_column("capability", no_wrap=True)
-    table.add_column("Cov [95% CI]", justify="right", no_wrap=True)
-    table.add_column("Δ [95% CI]", justify="right", no_wrap=True)
+    table.add_column("Cov", justify="right", no_wrap=True)
+    table.add_column("Δ", justify="right", no_wrap=True)
     table.add_column("runs", justify="right", no_wrap=True)
     table.add_column("selected", justify="center", no_wrap=True)
-    table.add_column("note")
+    if wide:
+        table.add_column("Cov 95% CI", justify="right", no_wrap=True)
+        table.add_column("Δ 95% CI", justify="right", no_wrap=True)
+        table.add_column("note")
     for c in document["capabilities"]:
         notes = []
         if c["decoy"]:
@@ -113,13 +118,11 @@ def print_table(document: dict[str, Any], out: Path) -> None:
             notes.append(f"ER+ empty in {c['er_plus_empty_runs']} runs")
         if c["unlabelled_pairs"]:
             notes.append(f"{c['unlabelled_pairs']} unlabelled")
-        table.add_row(
-            str(c["rank"]), c["name"],
-            f"{c['mean_cov']:.2f} {_ci(c['cov_ci95'])}",
-            f"{c['mean_delta']:+.2f} {_ci(c['delta_ci95'])}",
-            f"{c['runs_passed']}/{c['runs_total']}", "[green]yes[/]" if c["selected"] else "no", "; ".join(notes),
-        )
-    console = Console()
+        row = [str(c["rank"]), c["name"], f"{c['mean_cov']:.2f}", f"{c['mean_delta']:+.2f}",
+               f"{c['runs_passed']}/{c['runs_total']}", "[green]yes[/]" if c["selected"] else "no"]
+        if wide:
+            row += [_ci(c["cov_ci95"]), _ci(c["delta_ci95"]), "; ".join(notes)]
+        table.add_row(*row)
     console.print(table)
     console.print(f"labeler {document['labeler']['name']}: {document['labeler']['note']}")
     if document["unlabelled_pairs"]:
