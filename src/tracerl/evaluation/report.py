@@ -18,6 +18,10 @@ from tracerl.evaluation.report_data import ReportData, load_report_data
 from tracerl.evaluation.report_html import render_html
 
 REPORT_DIR = "report"
+# For the stage cache: what the report reads (files or folders, workspace-relative) and what it writes.
+REPORT_INPUTS = ("config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "adapters",
+                 "baselines/grpo_target/metrics.jsonl", "eval", "composed/composition.json")
+REPORT_OUTPUTS = ("report/index.html", "report/report.json")
 
 
 @dataclass
