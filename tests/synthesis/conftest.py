@@ -1,8 +1,11 @@
 """Fixtures: the targets (built-in airline, τ²-bench retail and airline tools.json)."""
 
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # synthesis_cases (pytest runs with --import-mode=importlib)
 
 from tracerl.synthesis.target import Target, load_target
 

@@ -119,8 +119,8 @@ def synthesize(
         typer.echo(json.dumps(records, indent=2, ensure_ascii=False))
     else:
         table = Table(title=f"environments for {tgt.name}")
-        for col in ("capability", "source", "oracle 1.0", "schema", "band", "difficulty", "pass@1", "pass@16"):
-            table.add_column(col, no_wrap=col == "capability")
+        for col in ("capability", "source", "oracle 1.0", "schema", "band", "diff.", "pass@1/16"):
+            table.add_column(col, no_wrap=True)
         notes = []
         for outcome, cal in rows:
             def mark(name: str) -> str:
@@ -131,7 +131,7 @@ def synthesize(
             p1 = "-" if cal is None else f"{cal.stats.pass_at_k['1']:.2f}"
             p16 = "-" if cal is None or "16" not in cal.stats.pass_at_k else f"{cal.stats.pass_at_k['16']:.2f}"
             table.add_row(outcome.capability, outcome.source, mark("oracle"), mark("schema"), band,
-                          "-" if cal is None else str(cal.difficulty), p1, p16)
+                          "-" if cal is None else str(cal.difficulty), f"{p1}/{p16}")
             note = outcome.error or (cal.stop_reason if cal is not None and not cal.accepted else "")
             if note:
                 notes.append(f"{outcome.capability}: {note}")

@@ -1,0 +1,133 @@
+"""LLM-written environments through a real local HTTP endpoint serving canned chat completions."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import synthesis_cases as cases
+from openai import OpenAI
+
+from tracerl.cli import main
+from tracerl.core.io import read_json, write_json
+from tracerl.synthesis.checks import play
+from tracerl.synthesis.envdir import load_env_dir, load_env_spec
+from tracerl.synthesis.llm import extract_code, generate_env_module
+from tracerl.synthesis.sandbox import SandboxLimits
+
+LIMITS = SandboxLimits(cpu_seconds=3, wall_seconds=120, memory_bytes=1 << 30, seeds=20)
+
+
+class CannedServer:
+    """An OpenAI-compatible /v1/chat/completions answering with the given texts in turn."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                text = outer.answers.pop(0) if outer.answers else "I have nothing more."
+                payload = {"id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0,
+                           "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": text}}],
+                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+CAP = {"name": "look_before_acting", "description": "Read the record before changing it."}
+
+
+def test_extract_code():
+    assert extract_code(cases.fenced("x = 1\n")) == "x = 1\n"
+    assert extract_code("no code here") is None
+
+
+def test_errors_are_fed_back_until_a_module_passes(retail):
+    answers = ["I think you should read the record first.", cases.fenced(cases.broken_oracle()), cases.fenced(cases.GOOD)]
+    with CannedServer(answers) as server:
+        client = OpenAI(base_url=server.url, api_key="test")
+        result = generate_env_module(CAP, retail, client, "canned", examples=["agent cancelled without reading"],
+                                     limits=LIMITS)
+    assert result.ok and result.source == cases.GOOD
+    assert [r.ok for r in result.rounds] == [False, False, True]
+    assert len(server.requests) == 3
+    first = server.requests[0]["messages"]
+    assert "look_before_acting" in first[1]["content"] and "cancel_pending_order" in first[1]["content"]
+    assert "agent cancelled without reading" in first[1]["content"]
+    second, third = server.requests[1]["messages"], server.requests[2]["messages"]
+    assert "no ```python code block" in second[-1]["content"]
+    assert "oracle: oracle scores < 1 on 20 of 20 seeds" in third[-1]["content"]
+    assert third[-2]["role"] == "assistant"  # the failed answer stays in the conversation
+
+
+@pytest.mark.slow
+def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_path):
+    escape = tmp_path / "escaped.txt"
+    hostile = [cases.INFINITE_LOOP, cases.MEMORY_BOMB, cases.writer(escape), cases.connector(9), cases.SYNTAX_ERROR,
+               cases.GOOD]  # the good one comes too late: 5 rounds at most
+    with CannedServer([cases.fenced(h) for h in hostile]) as server:
+        client = OpenAI(base_url=server.url, api_key="test")
+        result = generate_env_module(CAP, retail, client, "canned", limits=LIMITS, max_rounds=5)
+    assert not result.ok and result.source is None and len(server.requests) == 5
+    problems = [r.problem for r in result.rounds]
+    assert problems[0] == "killed: ran past the CPU-time limit of 3 s"
+    assert problems[1] == "ran out of memory"
+    assert "outside the module's folder is not allowed" in problems[2]
+    assert "sandbox: 'socket." in problems[3]
+    assert problems[4].startswith("import failed: SyntaxError")
+    assert result.last_problem == problems[4]
+    assert not escape.exists()
+
+
+def test_synthesize_command_with_an_llm(retail, tmp_path, capsys):
+    caps = tmp_path / "capabilities.json"
+    write_json(caps, {"params": {}, "totals": {}, "capabilities": [
+        {"name": "look_before_acting", "description": "Read first.", "selected": True,
+         "example_failed": [{"task_id": "7", "evidence": "cancelled without reading"}]},
+        {"name": "tone_and_empathy", "description": "Be nice.", "selected": False}]})
+    out = tmp_path / "envs"
+    with CannedServer([cases.fenced(cases.drifted_schema()), cases.fenced(cases.GOOD)]) as server:
+        code = main(["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", str(out),
+                     "--llm-base-url", server.url, "--llm-model", "canned", "--no-calibrate"])
+    assert code == 0, capsys.readouterr()
+    assert "cancelled without reading" in server.requests[0]["messages"][1]["content"]
+    env_dir = out / "look_before_acting"
+    assert (env_dir / "env.py").read_text() == cases.GOOD
+    spec = load_env_spec(env_dir)
+    assert (spec.source, spec.module, spec.target) == ("llm", "env.py", "retail")
+    assert read_json(env_dir / "checks.json")["checks"][2]["passed"]
+    make_env = load_env_dir(env_dir)
+    env = make_env()
+    assert play(env, 5, env.oracle(5))[0] == 1.0
+    summary = read_json(out / "synthesis.json")
+    (record,) = summary["capabilities"]
+    assert (record["name"], record["status"], record["source"]) == ("look_before_acting", "DONE", "llm")
+    assert record["environment"] == str(env_dir) and record["description"] == "Read first."
+    assert "schema: tool 'cancel_pending_order' requires []" in server.requests[1]["messages"][-1]["content"]
