@@ -235,3 +235,19 @@ def test_select_with_llm_labeller_end_to_end(trajectories: list, tmp_path: Path,
         seeds = {json.loads((out / "labels" / f"run_{r:02d}.json").read_text())["seed"] for r in range(3)}
         assert seeds == {0, 1, 2}
         assert len(server.requests) == 1 + 3 * len(trajectories)
+
+
+def test_select_with_a_garbage_endpoint_reports_and_selects_nothing(trajectories: list, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.jsonl"
+    write_jsonl(path, trajectories)
+    for server in serve(lambda body, attempt: (200, "no idea")):
+        rc = main(["select", "--rollouts", str(path), "--labeler", "llm", "--runs", "2", "--out", str(tmp_path / "sel"),
+                   "--base-url", server.url, "--model", "judge", "--max-retries", "0", "--json"])
+        assert rc == 0
+        captured = capsys.readouterr()
+        doc = json.loads(captured.out)
+        n_caps = len(builtin_capabilities())
+        assert doc["unlabelled_pairs"] == 2 * len(trajectories) * n_caps
+        assert not any(c["selected"] for c in doc["capabilities"])
+        assert f"{2 * len(trajectories)} labelling requests failed" in captured.err

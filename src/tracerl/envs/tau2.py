@@ -44,7 +44,7 @@ def tau2_trajectories(doc: dict[str, Any], *, path: str, text: str = "", tools: 
     env_info = _mapping(info.get("environment_info") or {}, "info.environment_info", path)
     domain = str(env_info.get("domain_name") or "tau2")
     policy = env_info.get("policy") or ""
-    tasks = _tasks_by_id(doc.get("tasks"), path, text)
+    tasks = _tasks_by_id(doc.get("tasks"), path)
     sims = doc.get("simulations")
     if not isinstance(sims, list):
         raise InputError("'simulations' must be a list", path=path)
@@ -66,8 +66,9 @@ def tau2_trajectories(doc: dict[str, Any], *, path: str, text: str = "", tools: 
 def _kinds_from_action_checks(sims: list[Any]) -> dict[str, str]:
     kinds: dict[str, str] = {}
     for sim in sims:
-        checks = ((sim or {}).get("reward_info") or {}).get("action_checks") or [] if isinstance(sim, dict) else []
-        for check in checks:
+        if not isinstance(sim, dict) or not isinstance(sim.get("reward_info"), dict):
+            continue
+        for check in sim["reward_info"].get("action_checks") or []:
             if not isinstance(check, dict):
                 continue
             name = (check.get("action") or {}).get("name")
@@ -98,7 +99,7 @@ def _choose_tools(
 
 # --- tasks and simulations -------------------------------------------------------------------
 
-def _tasks_by_id(tasks: Any, path: str, text: str) -> dict[str, dict[str, Any]]:
+def _tasks_by_id(tasks: Any, path: str) -> dict[str, dict[str, Any]]:
     if not isinstance(tasks, list):
         raise InputError("'tasks' must be a list", path=path)
     out = {}

@@ -84,6 +84,10 @@ def select(
         label_sets = label_runs(the_labeller, trajectories, catalogue, params, out_dir=out,
                                 on_run=(lambda r: progress.advance(task)) if the_labeller.deterministic else None)
     document = capabilities_document(catalogue, label_sets, trajectories, params, the_labeller.name, the_labeller.deterministic)
+    problems = [p for run in label_sets for p in run.problems]
+    if problems:
+        err.print(f"[yellow]{len(problems)} labelling requests failed (pairs left unlabelled), e.g. {problems[0]}[/]",
+                  highlight=False, soft_wrap=True)
     write_selection(out, document)
     if as_json:
         typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
