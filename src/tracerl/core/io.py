@@ -14,6 +14,8 @@ from pydantic import BaseModel, ValidationError
 from tracerl.core.errors import InputError
 
 M = TypeVar("M", bound=BaseModel)
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -30,6 +32,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
