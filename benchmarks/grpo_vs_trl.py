@@ -80,7 +80,10 @@ def run_tracerl(base: str, steps: int, out: Path) -> list[float]:
                       lora={"r": 8, "lora_alpha": 16})
     trainer = build_trainer(cfg, base, SingleTurnLetterEnv, out)
     rows = trainer.train()
-    return [r["seconds"] for r in rows if r["step"] > 0]
+    steps = [r for r in rows if r["step"] > 0]
+    print("tracerl rollout / update seconds per step:",
+          [(r["rollout_seconds"], r["update_seconds"]) for r in steps])
+    return [r["seconds"] for r in steps]
 
 
 def run_trl(base: str, steps: int, out: Path) -> list[float]:

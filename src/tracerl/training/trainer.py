@@ -136,6 +136,7 @@ class GRPOTrainer:
         cfg, t0 = self.cfg, time.perf_counter()
         step = self.state.step + 1
         sample = self.sample_step(step)
+        t_sampled = time.perf_counter()
         rewards = torch.tensor([[t.reward for t in g] for g in sample.groups], dtype=torch.float64)
         adv = group_advantages(rewards, cfg.scale_rewards)
         keep = informative_groups(rewards)
@@ -156,6 +157,8 @@ class GRPOTrainer:
         }
         torch.manual_seed(derive_seed(cfg.seed, step, "update", self.world.rank))  # LoRA dropout
         row.update(self.update(sequences))
+        row["rollout_seconds"] = round(t_sampled - t0, 3)
+        row["update_seconds"] = round(time.perf_counter() - t_sampled, 3)
         self.state.step = step
         if self.backend.needs_adapter_files and self.world.is_main:
             ckpt.save_adapter(self.model, self.out)
