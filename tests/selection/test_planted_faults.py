@@ -1,4 +1,4 @@
-"""Done-when: on the built-in airline domain's flawed-policy rollouts, `select --labeler rules`
+"""Done-when: on the built-in airline domain's flawed-policy rollouts (`tracerl collect`), `select --labeler rules`
 selects exactly the planted capabilities whose coverage reaches ρ, and never a decoy.
 
 The flawed policy records the faults it planted in `info["faults"]` (ground truth the labeller
@@ -14,10 +14,7 @@ from pathlib import Path
 import pytest
 
 from tracerl.cli import main
-from tracerl.core.io import write_jsonl
-from tracerl.envs.airline import task_seeds
-from tracerl.envs.registry import make_env, make_policy
-from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.loading import load_rollouts
 
 FAULT_CAPABILITY = {
     "skip_precondition": "precondition_verification",
@@ -40,9 +37,10 @@ RHO = 0.10
     ],
 )
 def test_rules_selection_recovers_planted_faults(spec: str, expected: set[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trajectories = rollout(lambda: make_env("airline"), make_policy(spec, seed=0), [Episode(seed=s) for s in task_seeds("train", 300)])
     path = tmp_path / "rollouts.jsonl"
-    write_jsonl(path, trajectories)
+    assert main(["collect", "--env", "airline", "--policy", spec, "--tasks", "300", "--split", "train", "--out", str(path), "--json"]) == 0
+    capsys.readouterr()
+    trajectories = load_rollouts(path)
     failed = [t for t in trajectories if not t.passed]
     truth = {
         cap: sum(fault in t.info["faults"]["planted"] for t in failed) / len(failed) for fault, cap in FAULT_CAPABILITY.items()
