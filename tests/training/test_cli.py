@@ -142,3 +142,18 @@ def test_environment_that_fails_validation(base, config, tmp_path, capsys):
     out = tmp_path / "out"
     _fails_before_writing(["train", "--env", str(flaky), "--base", base, "--out", str(out), "--config", config],
                           out, capsys, "fails validation", "determinism")
+
+
+def test_resume_with_other_settings_is_refused(base, config, tmp_path, capsys):
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config]) == 0
+    # a longer run is fine; a different learning rate is not
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--resume",
+                 "--max-steps", "2"]) == 0
+    other = tmp_path / "other.yaml"
+    other.write_text(CONFIG.replace("learning_rate: 0.002", "learning_rate: 0.01"))
+    capsys.readouterr()
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(other),
+                 "--resume"]) == 2
+    assert "learning_rate" in capsys.readouterr().err

@@ -113,6 +113,7 @@ class GRPOTrainer:
         """Run to `max_steps` (or until the rollout budget is spent); returns the metrics rows."""
         self.out.mkdir(parents=True, exist_ok=True)
         if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
+            self._check_same_run()
             self.state = ckpt.load_checkpoint(found, self.model, self.optimizer, self.world.rank)
             self.metrics = _read_rows(self.out / "metrics.jsonl")[: self.state.metrics_rows]
             if self.world.is_main:
@@ -130,6 +131,26 @@ class GRPOTrainer:
             ckpt.save_adapter(self.model, self.out)
         barrier(self.world)
         return self.metrics
+
+    def _check_same_run(self) -> None:
+        """A resumed run must be the same run: same config (the stopping rules may change), base and env."""
+        from tracerl.core.errors import InputError
+        from tracerl.core.io import read_json
+
+        saved_path = self.out / "train_config.json"
+        if not saved_path.exists():
+            return
+        saved = read_json(saved_path)
+        free = {"max_steps", "max_rollouts"}
+        before = {k: v for k, v in saved.get("config", {}).items() if k not in free}
+        now = {k: v for k, v in self.cfg.model_dump().items() if k not in free}
+        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+        for key in ("base", "env"):
+            if key in saved and key in self.run_info and saved[key] != self.run_info[key]:
+                changed.append(key)
+        if changed:
+            raise InputError(f"{saved_path}: --resume with different settings ({', '.join(changed)}); "
+                             "only max_steps and max_rollouts may change")
 
     def step(self) -> dict[str, Any]:
         """One GRPO step; returns its metrics row."""
