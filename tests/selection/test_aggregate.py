@@ -99,3 +99,13 @@ def test_no_passed_trajectories_at_all() -> None:
     agg = aggregate(codes, np.array([False, False]), SelectionParams(runs=1, min_runs=1, bootstrap=50))
     assert agg.mean_cov[0] == 0.5 and agg.mean_er_plus[0] == 0 and agg.er_plus_empty_runs[0] == 1
     assert agg.selected[0]
+
+
+def test_a_gap_equal_to_delta_passes_despite_float_rounding() -> None:
+    # failed: 3 LACKING, 7 PRESENT (ER− = 0.3); passed: 1 LACKING, 9 PRESENT (ER+ = 0.1); Δ = 0.2 exactly
+    codes = np.array([[L] * 3 + [P] * 7 + [L] + [P] * 9], dtype=np.int8).reshape(1, 20, 1)
+    passed = np.array([False] * 10 + [True] * 10)
+    m = run_metrics(codes[0], passed)
+    assert m.delta[0] != 0.2 and m.delta[0] == pytest.approx(0.2)  # binary floating point
+    assert aggregate(codes, passed, SelectionParams(runs=1, min_runs=1, rho=0.3, delta=0.2, bootstrap=0)).selected[0]
+    assert not aggregate(codes, passed, SelectionParams(runs=1, min_runs=1, rho=0.3, delta=0.2001, bootstrap=0)).selected[0]

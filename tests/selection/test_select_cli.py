@@ -89,6 +89,9 @@ def test_capability_files(tmp_path: Path) -> None:
         (["--labeler", "magic"], "--labeler must be 'rules' or 'llm'"),
         (["--runs", "3", "--min-runs", "5"], "1 ≤ K ≤ N"),
         (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1"], "needs a model name"),
+        (["--labeler", "llm", "--model", "m"], "needs an endpoint"),
+        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--temperature", "0"], "--temperature must be > 0"),
+        (["--capabilities", "/nonexistent/caps.yaml"], "caps.yaml: no such file"),
     ],
 )
 def test_select_bad_input_exits_2_and_writes_nothing(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -108,3 +111,14 @@ def test_select_on_malformed_rollouts(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["select", "--rollouts", str(bad), "--out", str(tmp_path / "sel")]) == 2
     assert "r.jsonl:1: missing field 'domain'" in capsys.readouterr().err
     assert not (tmp_path / "sel").exists()
+
+
+def test_llm_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracerl.selection.llm import LLMConfig
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://example.invalid/v1")
+    monkeypatch.setenv("TRACERL_LLM_MODEL", "qwen3-8b")
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = LLMConfig().resolved()
+    assert (cfg.base_url, cfg.model, cfg.api_key) == ("http://example.invalid/v1", "qwen3-8b", "EMPTY")
+    assert LLMConfig(model="other", api_key="sk").resolved().model == "other"

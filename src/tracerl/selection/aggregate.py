@@ -11,7 +11,8 @@ trajectories and LP/PP/NP among passed ones:
     capabilities are ranked by mean Δ.
 
 Unlabelled pairs (label code −1) are left out of every count, #failed included; with none, the
-formulas are TRACE's to the letter. Beyond the reference: a stratified bootstrap 95% interval
+formulas are TRACE's to the letter (thresholds compared with a 1e-9 slack, so that a value
+equal to ρ or δ passes despite float rounding). Beyond the reference: a stratified bootstrap 95% interval
 for the mean (over runs) Cov and Δ, resampling trajectories — failed and passed separately, so
 #failed stays fixed — with the same resample for every run; a flag for runs where ER+ = 0
 only because the capability never applied to a passed trajectory (empty denominator); and
@@ -25,6 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracerl.selection.labels import LACKING, NA, PRESENT
+
+
+# Thresholds are compared with this slack so that a value equal to ρ or δ in exact arithmetic
+# passes despite float rounding (0.3 − 0.1 = 0.19999999999999998 in binary floating point).
+TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ def aggregate(codes: np.ndarray, passed: np.ndarray, params: SelectionParams = S
     runs = [run_metrics(codes[r], passed) for r in range(n_runs)]
     cov = np.stack([m.cov for m in runs]) if runs else np.zeros((0, n_caps))
     delta = np.stack([m.delta for m in runs]) if runs else np.zeros((0, n_caps))
-    passes = (cov >= params.rho) & (delta >= params.delta)
+    passes = (cov >= params.rho - TOLERANCE) & (delta >= params.delta - TOLERANCE)
     runs_passed = passes.sum(0)
     cov_ci, delta_ci = bootstrap_intervals(codes, passed, params.bootstrap, params.seed)
     mean_delta = delta.mean(0) if n_runs else np.zeros(n_caps)
