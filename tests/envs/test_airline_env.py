@@ -204,3 +204,11 @@ def test_transfer_ends_the_episode():
     call = Action(name="transfer_to_human_agents", arguments={"summary": "help"})
     _, _, terminated, _, info = env.step(_calls([call])[0])
     assert terminated and info["termination"] == "agent_stop"
+
+
+def test_communicate_check_matches_whole_words():
+    from tracerl.envs.airline.env import mentions
+
+    assert mentions("The refund is $280.", "280") and mentions("You get 1,280 dollars back", "1280")
+    assert mentions("REFUND: 280", "280")
+    assert not mentions("Use gift_card_2801.", "280") and not mentions("You pay 1280 dollars", "280")

@@ -13,7 +13,9 @@ an id) or one text per assistant turn.
   reservation; a change of a basic_economy booking; a certificate nobody is owed);
 - `p2` stop_early: stop after the first of several requests;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
-  meets the constraint, bags ignoring the free allowance, a wrong certificate or refund amount);
+  meets the constraint, bags ignoring the free allowance, a wrong certificate or refund amount) —
+  one whose mistake changes the outcome (a wrong refund amount that another message happens to
+  state correctly would go unnoticed);
 - `p4` corrupt_argument: corrupt one argument of one gold write (a typo in an id, a wrong type).
 
 A drawn fault is *planted* when it changes the outcome (p1 needs a forbidden request, p2 a later
@@ -31,6 +33,7 @@ from typing import Any
 
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
+from tracerl.envs.airline.env import mentions
 from tracerl.envs.airline.tasks import AirlineTask, SubTask
 
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
@@ -80,8 +83,9 @@ class ScriptedAirlinePolicy:
             planted.append("stop_early")
         allowed = [i for i, s in enumerate(handled) if s.allowed]
         mispick = None
-        if "mispick" in drawn and allowed:
-            mispick = rng.choice(allowed)
+        pickable = [i for i in allowed if mispick_changes_outcome(handled, i)]
+        if "mispick" in drawn and pickable:
+            mispick = rng.choice(pickable)
             planted.append("mispick")
         corrupt = None
         if "corrupt_argument" in drawn and allowed:
@@ -108,6 +112,16 @@ class ScriptedAirlinePolicy:
         if not closed:
             script.say(CLOSING)
         return script.messages, drawn, planted
+
+
+def mispick_changes_outcome(subs: list[SubTask], index: int) -> bool:
+    """Whether mis-picking in request `index` fails the episode: a different write, or a required
+    amount that no other message of the oracle's script happens to mention."""
+    sub = subs[index]
+    if sub.mispick_writes != sub.writes:
+        return True
+    others = [GREETING, CLOSING, *(s.say for j, s in enumerate(subs) if j != index)]
+    return any(not any(mentions(text, c) for text in others) for c in sub.communicate)
 
 
 def _variant(sub: SubTask, mispick: bool) -> tuple[list[Action], list[Action], str]:

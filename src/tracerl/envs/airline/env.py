@@ -2,13 +2,15 @@
 
 Reward as in τ²-bench: replay the agent's write calls on a fresh database built from the seed
 and compare its hash with the hash after the gold actions (DB), times the communicate check —
-every required string appears in some assistant message (case-insensitive, commas ignored).
+every required string appears in some assistant message (case-insensitive, commas ignored, as a
+whole word — see `mentions`).
 Pass iff reward == 1.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 from tracerl.core.messages import Action, Message
@@ -66,12 +68,19 @@ class AirlineEnv(ToolEnv):
             if self._tools.kind_of(call.function.name) == "write" and call.parsed_arguments() is not None
         ]
         db = 1.0 if replay(self.task.db, agent_writes) == replay(self.task.db, self.task.gold_actions) else 0.0
-        said = [(m.content or "").lower().replace(",", "") for m in self.messages if m.role == "assistant"]
-        communicate = 1.0 if all(any(c.lower() in s for s in said) for c in self.task.communicate_info) else 0.0
+        said = [m.content or "" for m in self.messages if m.role == "assistant"]
+        communicate = 1.0 if all(any(mentions(s, c) for s in said) for c in self.task.communicate_info) else 0.0
         return db * communicate, {"DB": db, "COMMUNICATE": communicate}
 
     def oracle(self, seed: int) -> list[Action]:
         return generate_task(seed).gold_actions
+
+
+def mentions(text: str, info: str) -> bool:
+    """τ²-bench's communicate check (case-insensitive, commas ignored), on whole words: '280' counts
+    in 'refund of $280.' but not inside 'gift_card_2801'."""
+    needle = re.escape(info.lower().replace(",", ""))
+    return re.search(rf"(?<!\w){needle}(?!\w)", text.lower().replace(",", "")) is not None
 
 
 def replay(initial: AirlineDB, actions: list[Action]) -> str:

@@ -43,6 +43,9 @@ _SINGLE_KINDS = (("cancel", 0.25), ("change", 0.20), ("bags", 0.15), ("certifica
 _MULTI_SIZES = ((2, 0.55), (3, 0.35), (4, 0.10))
 _MULTI_KINDS = (("cancel", 0.35), ("change", 0.25), ("bags", 0.25), ("certificate", 0.15))
 _ORDINALS = ("First", "Second", "Third", "Fourth")
+# how often a request is allowed by the rules (bags always are); single requests are forbidden more often
+_ALLOWED_RATES = {"single": {"cancel": 0.5, "change": 0.75, "certificate": 0.5},
+                  "multi": {"cancel": 0.75, "change": 0.8, "certificate": 0.75}}
 
 AIRPORTS = ("ATL", "BOS", "DEN", "DFW", "JFK", "LAS", "LAX", "MIA", "ORD", "PHX", "SEA", "SFO")
 FIRST_NAMES = ("mia", "noah", "ava", "liam", "emma", "omar", "lucas", "sofia", "yara", "ivan", "chen", "amir",
@@ -268,16 +271,23 @@ class _Builder:
         rng = self.rng
         cause = rng.choice(("recent", "airline", "business", "insurance") if allowed
                            else ("old", "old", "flown", "uncovered", "claimed"))
-        cabin = "business" if cause == "business" else rng.choice(("economy", "basic_economy"))
-        if cause == "flown":
+        plain_reasons = ("change_of_plan", "health", "weather")
+        cabin = rng.choice(("economy", "basic_economy"))
+        insurance, reason = rng.choice(("yes", "no")), rng.choice(plain_reasons)
+        if cause == "business":  # allowed: business class, whatever the reason
+            cabin = "business"
+        elif cause == "airline":  # allowed: a flight really was cancelled by the airline
+            reason = "airline_cancelled"
+        elif cause == "insurance":  # allowed: insured, and the reason is covered
+            insurance, reason = "yes", rng.choice(("health", "weather"))
+        elif cause == "old":  # forbidden: old booking, no insurance, nothing cancelled
+            insurance = "no"
+        elif cause == "uncovered":  # forbidden: insured, but a change of plan is not covered
+            insurance, reason = "yes", "change_of_plan"
+        elif cause == "claimed":  # forbidden: the user says the airline cancelled, the records say otherwise
+            insurance, reason = "no", "airline_cancelled"
+        elif cause == "flown":  # forbidden: a segment was flown, even in business
             cabin = rng.choice(("economy", "basic_economy", "business"))
-        insurance = {"insurance": "yes", "uncovered": "yes", "old": "no", "claimed": "no"}.get(cause, rng.choice(("yes", "no")))
-        reason = {"airline": "airline_cancelled", "claimed": "airline_cancelled", "insurance": rng.choice(("health", "weather")),
-                  "uncovered": "change_of_plan", "business": "change_of_plan"}.get(cause)
-        if reason is None:
-            reason = rng.choice(("change_of_plan", "health", "weather") if insurance == "no" else ("change_of_plan",))
-        if cause == "recent":
-            reason = rng.choice(tuple(r for r in REASONS if r != "airline_cancelled"))
         round_trip = cause == "flown" or rng.random() < 0.4
         statuses = ("available", "available")
         if cause == "flown":
@@ -470,19 +480,19 @@ class _Builder:
             kinds = [_pick(rng, _MULTI_KINDS) for _ in range(size)]
             while kinds.count("certificate") > 1:  # at most one compensation request per user
                 kinds[kinds.index("certificate")] = "bags"
-            allowed_rate = 0.75
         else:
-            kinds, allowed_rate = [kind], 0.5
+            kinds = [kind]
+        rates = _ALLOWED_RATES["multi" if len(kinds) > 1 else "single"]
         # an ineligible compensation request turns the user into a regular member: decide it first
         subtasks: list[SubTask | None] = [None] * len(kinds)
         order = sorted(range(len(kinds)), key=lambda i: kinds[i] != "certificate")
         for i in order:
             k = kinds[i]
-            allowed = rng.random() < allowed_rate
+            allowed = rng.random() < rates.get(k, 1.0)
             if k == "cancel":
                 subtasks[i] = self.cancel(user, allowed)
             elif k == "change":
-                subtasks[i] = self.change(user, rng.random() < (0.75 if kind != "multi" else 0.8))
+                subtasks[i] = self.change(user, allowed)
             elif k == "bags":
                 subtasks[i] = self.bags(user)
             else:
