@@ -179,3 +179,13 @@ def test_policy_factories_leave_room_for_more():
     with pytest.raises(TypeError, match="_task"):
         ScriptedAirlinePolicy().act([type("S", (), {"state": None, "info": {}})()])
     assert json.loads(json.dumps(AirlineEnv().reset(seed=1)[1]["gold_actions"]))
+
+
+def test_make_env_errors_are_input_errors():
+    assert make_env("airline", split="train").split == "train"
+    with pytest.raises(InputError, match="unknown split 'dev'"):
+        make_env("airline", split="dev")
+    with pytest.raises(InputError, match="environment 'airline'"):
+        make_env("airline", colour="blue")
+    with pytest.raises(InputError, match="unknown environment 'retail'"):
+        make_env("retail")
