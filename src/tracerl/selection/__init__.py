@@ -13,9 +13,10 @@ from tracerl.selection.aggregate import Aggregate, SelectionParams, aggregate
 from tracerl.selection.catalogue import Capability, Rubric, builtin_capabilities, load_capabilities, merge_capabilities
 from tracerl.selection.labels import LabelRun, Labeller, PairLabel
 from tracerl.selection.rules import RulesLabeller
-from tracerl.selection.select import capabilities_document, label_runs
+from tracerl.selection.select import capabilities_document, label_runs, select_capabilities
 
 __all__ = [
     "Aggregate", "Capability", "LabelRun", "Labeller", "PairLabel", "Rubric", "RulesLabeller", "SelectionParams",
     "aggregate", "builtin_capabilities", "capabilities_document", "label_runs", "load_capabilities", "merge_capabilities",
+    "select_capabilities",
 ]

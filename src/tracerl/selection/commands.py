@@ -39,7 +39,7 @@ def select(
     from tracerl.envs.loading import load_rollouts
     from tracerl.selection.aggregate import SelectionParams
     from tracerl.selection.catalogue import builtin_capabilities, load_capabilities, merge_capabilities
-    from tracerl.selection.select import capabilities_document, label_runs, write_selection
+    from tracerl.selection.select import select_capabilities
 
     if labeler not in ("rules", "llm"):
         raise InputError(f"--labeler must be 'rules' or 'llm', not '{labeler}'")
@@ -81,14 +81,13 @@ def select(
         task = progress.add_task(f"labelling ({labeler})", total=steps if not the_labeller.deterministic else runs)
         if not the_labeller.deterministic:
             the_labeller.on_progress = lambda: progress.advance(task)
-        label_sets = label_runs(the_labeller, trajectories, catalogue, params, out_dir=out,
-                                on_run=(lambda r: progress.advance(task)) if the_labeller.deterministic else None)
-    document = capabilities_document(catalogue, label_sets, trajectories, params, the_labeller.name, the_labeller.deterministic)
+        document, label_sets = select_capabilities(
+            trajectories, catalogue, the_labeller, params, out_dir=out,
+            on_run=(lambda r: progress.advance(task)) if the_labeller.deterministic else None)
     problems = [p for run in label_sets for p in run.problems]
     if problems:
         err.print(f"[yellow]{len(problems)} labelling requests failed (pairs left unlabelled), e.g. {problems[0]}[/]",
                   highlight=False, soft_wrap=True)
-    write_selection(out, document)
     if as_json:
         typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
     else:

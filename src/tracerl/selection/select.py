@@ -144,3 +144,20 @@ def _examples(agg: Aggregate, c: int, runs: list[LabelRun], passed: np.ndarray) 
 
 def write_selection(out_dir: Path, document: dict[str, Any]) -> None:
     write_json(out_dir / "capabilities.json", document)
+
+
+def select_capabilities(
+    trajectories: list[Trajectory],
+    capabilities: list[Capability],
+    labeller: Labeller,
+    params: SelectionParams = SelectionParams(),
+    out_dir: Path | None = None,
+    on_run: Callable[[int], None] | None = None,
+) -> tuple[dict[str, Any], list[LabelRun]]:
+    """Step 1 in one call (what `tracerl select` and the pipeline run): label N runs, aggregate,
+    and — with `out_dir` — write `labels/run_XX.json` and then `capabilities.json`."""
+    runs = label_runs(labeller, trajectories, capabilities, params, out_dir=out_dir, on_run=on_run)
+    document = capabilities_document(capabilities, runs, trajectories, params, labeller.name, labeller.deterministic)
+    if out_dir is not None:
+        write_selection(out_dir, document)
+    return document, runs
