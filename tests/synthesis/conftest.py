@@ -9,8 +9,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # synthesis_cases (pytest runs w
 
 from tracerl.synthesis.target import Target, load_target
 
-MODULES = Path(__file__).parent / "modules"
-
 
 @pytest.fixture(scope="session")
 def retail(request) -> Target:

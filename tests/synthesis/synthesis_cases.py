@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
-GOOD = (Path(__file__).parent / "modules" / "good_env.py").read_text()
+from tracerl.synthesis.llm import EXAMPLE_MODULE
+
+GOOD = EXAMPLE_MODULE  # the known-good module: the example the generation prompt shows
 
 
 def broken_oracle() -> str:

@@ -13,6 +13,7 @@ import json
 import re
 import tempfile
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,10 @@ Write ONE self-contained Python module (answer with a single ```python code bloc
 """
 
 
+# A minimal module that passes every check (it isolates nothing in particular): shown to the model.
+EXAMPLE_MODULE = files("tracerl.synthesis").joinpath("example_env_module.txt").read_text()
+
+
 @dataclass
 class GenerationRound:
     round: int
@@ -77,7 +82,9 @@ def build_prompt(capability: dict[str, Any], target: Target, examples: list[str]
         f"Target tool schemas (name, description, parameters, kind):\n{tools}\n"
     )
     return [
-        {"role": "system", "content": "You write verifiable training environments for tool-using LLM agents.\n\n" + CONTRACT},
+        {"role": "system", "content": "You write verifiable training environments for tool-using LLM agents.\n\n"
+                                      + CONTRACT + "\nA minimal module that passes every check (yours must also isolate "
+                                      "the capability):\n```python\n" + EXAMPLE_MODULE + "```\n"},
         {"role": "user", "content": user},
     ]
 
