@@ -216,7 +216,7 @@ class TemplateEnv(ToolEnv):
     def _user_handler(self):
         def handler(**arguments: Any) -> dict[str, Any]:
             if self._task.user_id is None or arguments.get("user_id") != self._task.user_id:
-                raise ToolError("user not found")
+                raise ToolError(f"user {arguments.get('user_id')} not found")
             return {"user_id": self._task.user_id, f"{self.family.entity}s": list(self._task.records)}
 
         return handler
@@ -225,7 +225,7 @@ class TemplateEnv(ToolEnv):
         def handler(**arguments: Any) -> dict[str, Any]:
             record = self._records.get(arguments.get(self.id_param))
             if record is None:
-                raise ToolError(f"{self.entity} not found")
+                raise ToolError(f"{self.entity} {arguments.get(self.id_param)} not found")
             self._calls.append(Action(name=name, arguments=arguments))
             return copy.deepcopy(record)
 
@@ -237,7 +237,7 @@ class TemplateEnv(ToolEnv):
         def handler(**arguments: Any) -> dict[str, Any]:
             record = self._records.get(arguments.get(self.id_param))
             if record is None:
-                raise ToolError(f"{self.entity} not found")
+                raise ToolError(f"{self.entity} {arguments.get(self.id_param)} not found")
             self._calls.append(Action(name=name, arguments=arguments))
             record["status"] = _VERB_STATUS.get(verb, f"{verb} done")
             return copy.deepcopy(record)
