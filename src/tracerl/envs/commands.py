@@ -22,7 +22,7 @@ from tracerl.envs.summary import print_summary, summarize
 
 def collect(
     env: Annotated[str, typer.Option(help="Environment name (built in: airline).")] = "airline",
-    policy: Annotated[str, typer.Option(help="Policy spec: oracle | flawed[:p1,p2,p3,p4] | one another stage registered.")] = "oracle",
+    policy: Annotated[str, typer.Option(help="Policy spec: oracle | flawed[:p1,p2,p3,p4] | any other registered spec (e.g. model).")] = "oracle",
     tasks: Annotated[int, typer.Option(help="Number of tasks: the first N seeds of the split (after --offset).")] = 200,
     split: Annotated[str, typer.Option(help="Task split: train or test (fixed seed ranges; test is never trained on).")] = "test",
     seed: Annotated[int, typer.Option(help="Policy seed (fault draws, sampling).")] = 0,
