@@ -9,6 +9,11 @@ from rich.console import Console
 
 from tracerl.core.errors import InputError
 
+try:  # typer ≥ 0.16 vendors click; its exceptions are not click's
+    from typer._click.exceptions import ClickException as _ClickException
+except ImportError:  # pragma: no cover
+    from click import ClickException as _ClickException
+
 app = typer.Typer(
     name="tracerl",
     help="TRACE: find the capabilities an agent lacks, train one LoRA adapter per capability, compose them.",
@@ -19,15 +24,29 @@ app = typer.Typer(
 console = Console(stderr=True)
 
 
-def _register_commands() -> None:
-    from tracerl.envs import commands as env_commands
+_COMMAND_MODULES = (
+    "tracerl.envs.commands",  # collect, show
+    "tracerl.selection.commands",  # select
+    "tracerl.synthesis.commands",  # synthesize, calibrate
+    "tracerl.training.commands",  # train
+    "tracerl.composition.commands",  # compose
+    "tracerl.evaluation.report_commands",  # report
+    "tracerl.models.commands",  # build-agent
+    "tracerl.serve.commands",  # serve
+)
+_registered = False
 
-    env_commands.register(app)
-    from tracerl.evaluation import report_commands; report_commands.register(app)  # noqa: E702
-    from tracerl.selection import commands as selection_commands; selection_commands.register(app)  # noqa: E702
-    from tracerl.composition import commands as composition_commands; composition_commands.register(app)  # noqa: E702
-    from tracerl.training import commands as training_commands; training_commands.register(app)  # noqa: E702
-    from tracerl.synthesis import commands as synthesis_commands; synthesis_commands.register(app)  # noqa: E702
+
+def _register_commands() -> None:
+    """Each module adds its commands with `register(app)`; imported here, once, to keep start-up light."""
+    global _registered
+    if _registered:
+        return
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+    _registered = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,13 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except typer.Abort:
         return 1
-    except Exception as e:  # click usage errors: already one line
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            return 2
-        raise
+    except _ClickException as e:  # usage errors (bad flag, bad value): click prints one line
+        e.show()
+        return 2
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
