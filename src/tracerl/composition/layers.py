@@ -20,10 +20,33 @@ from tracerl.composition.adapters import LoRAModule
 
 
 class LayerRoute:
-    """The per-token slot weights of one decoder layer, shared by all its gated linears."""
+    """The per-token slot weights of one decoder layer, shared by all its gated linears.
+
+    `weights` is (batch, seq, num_slots), or None for the base model only. Linears with the same
+    expert layout (usually all of a layer's) share one computation of their rank-column weights.
+    """
 
     def __init__(self) -> None:
-        self.weights: torch.Tensor | None = None  # (batch, seq, num_slots); None = base model only
+        self._weights: torch.Tensor | None = None
+        self._columns: dict[tuple, torch.Tensor] = {}
+
+    @property
+    def weights(self) -> torch.Tensor | None:
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: torch.Tensor | None) -> None:
+        self._weights = value
+        self._columns = {}
+
+    def column_weights(self, layout: tuple, column_slot: torch.Tensor, column_scaling: torch.Tensor) -> torch.Tensor:
+        """weights[..., column_slot] · column_scaling: each rank column's weight per token."""
+        cached = self._columns.get(layout)
+        if cached is None:
+            assert self._weights is not None
+            cached = self._weights.index_select(-1, column_slot) * column_scaling.to(self._weights.dtype)
+            self._columns[layout] = cached
+        return cached
 
 
 class GatedLoRALinear(nn.Module):
@@ -62,6 +85,7 @@ class GatedLoRALinear(nn.Module):
         self.register_buffer("column_slot", torch.tensor(slot_of_column, dtype=torch.long, device=device), persistent=False)
         self.register_buffer("column_scaling", torch.tensor(scaling_of_column, dtype=torch.float32, device=device), persistent=False)
         self.scaling = {s: experts[s].scaling for s in self.slots}
+        self.layout = tuple((s, *self.ranges[s], self.scaling[s]) for s in self.slots)
 
     @property
     def in_features(self) -> int:
@@ -89,7 +113,7 @@ class GatedLoRALinear(nn.Module):
             raise RuntimeError(f"routing weights {tuple(weights.shape)} do not match the layer input {tuple(x.shape)}")
         if self.strategy == "gather":
             return self._gather(x, y, weights)
-        column_weights = weights.index_select(-1, self.column_slot) * self.column_scaling.to(weights.dtype)
+        column_weights = self.route.column_weights(self.layout, self.column_slot, self.column_scaling)
         low_rank = (x @ self.lora_A.T) * column_weights.to(x.dtype)
         return y + low_rank @ self.lora_B.T
 
