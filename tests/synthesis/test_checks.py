@@ -2,7 +2,6 @@
 
 import random
 
-from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.synthesis.checks import check_schema_fidelity, validate_env
 from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
@@ -104,4 +103,3 @@ def test_a_raising_env_is_a_failed_check_not_an_exception(retail):
     report = validate_env(lambda: Broken(retail), retail.tools, seeds=range(2))
     assert not report.passed
     assert report.get("oracle").detail.startswith("raised RuntimeError: boom")
-    assert isinstance(Action(name="x"), Action)
