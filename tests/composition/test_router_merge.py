@@ -116,3 +116,28 @@ def test_merged_weights_match_the_low_rank_merge_mode(setup):
     ids = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.allclose(model(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
+
+
+def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
+    """Without explicit weights, each row routes itself from its prompt at prefill; when a row
+    finishes and the sampler drops it from the batch and the cache, the others keep their weights."""
+    from tracerl.models.chat import ChatFormat
+    from tracerl.models.generation import GenerationRequest, generate
+
+    base, tokenizer, dirs = setup
+    model = copy.deepcopy(base)
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge")
+    composition.router = TaskRouter(model, tokenizer, CAPS)
+    composition.top_p = 1.0
+    chat = ChatFormat(tokenizer)
+    conversations = [conversation("cancel my reservation please"), conversation("look up the order status"), conversation("hello")]
+    expected_weights = composition.weights_for(conversations)
+    assert not torch.allclose(expected_weights[0], expected_weights[1])
+    requests = [GenerationRequest(prompt_ids=chat.prompt_ids(c, None), max_new_tokens=n, temperature=0.0)
+                for c, n in zip(conversations, (2, 6, 4))]
+    batched = generate(model, requests)
+    assert composition.task_weights is None
+    for request, weights, result in zip(requests, expected_weights, batched):
+        alone = generate(model, [request], forward_kwargs=lambda extras, w=weights: {"routing_weights": w[None]})
+        assert alone[0].token_ids == result.token_ids
+        assert alone[0].logprobs == pytest.approx(result.logprobs, abs=1e-5)

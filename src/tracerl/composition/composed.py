@@ -21,6 +21,7 @@ Base weights and adapters are frozen; only the gates are parameters that train.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -157,6 +158,22 @@ class Composition:
             alpha = self.router.alphas(conversations)
         return top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
 
+    def auto_routes(self) -> bool:
+        """Whether calls without explicit weights route themselves on prefill (see `_accept_routing_weights`)."""
+        return self.mode != "moe" and self.router is not None and self.task_weights is None and not self._base_only
+
+    def route_on_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Routing weights (batch, N+1) for templated prompts given as token ids (padding masked out)."""
+        tokenizer = self.router.tokenizer
+        texts = []
+        for row in range(input_ids.shape[0]):
+            ids = input_ids[row] if attention_mask is None else input_ids[row][attention_mask[row].bool()]
+            texts.append(first_user_turn_of_text(tokenizer.decode(ids.tolist(), skip_special_tokens=False)))
+        with self.base_only():
+            alpha = self.router.label_logits(texts).softmax(dim=-1)
+        weights = top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
+        return weights.to(input_ids.device)
+
     def route_requests(self, conversations: list[list[Any]]) -> torch.Tensor | None:
         """Set `task_weights` for the next forward calls on this batch (see `weights_for`)."""
         self.task_weights = self.weights_for(conversations)
@@ -186,6 +203,12 @@ class Composition:
 
     def gate_parameter_count(self) -> int:
         return sum(p.numel() for p in self.trainable_parameters())
+
+
+def first_user_turn_of_text(text: str) -> str:
+    """The first user turn of a ChatML-rendered prompt (`<|im_start|>user\n…<|im_end|>`); the whole text otherwise."""
+    match = re.search(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|$)", text, flags=re.S)
+    return match.group(1) if match else text
 
 
 def top1_weights(alpha: torch.Tensor) -> torch.Tensor:
@@ -269,23 +292,57 @@ def compose(
 
 
 def _accept_routing_weights(model: nn.Module, composition: Composition) -> None:
-    """Let `model(…, routing_weights=W)` set the task weights (batch, N+1) for that call only.
+    """Per-call task routing for router/merge modes, so the model works in any batched sampler.
 
-    This is how a batched sampler with per-request routing (rows dropping out as they finish)
-    passes each call the weights of the rows still running: see `Composition.forward_kwargs`.
+    - `model(…, routing_weights=W)` uses the weights W (batch, N+1) for that call only
+      (`ComposedPolicy` passes the rows still running through `Composition.forward_kwargs`).
+    - Otherwise, when the composition has a router and no fixed `task_weights`, a prefill call
+      (no cache yet) routes every row from its own prompt — the first user turn found in the
+      decoded ChatML prompt (`route_on_prefill`) — and the weights travel with the returned KV
+      cache: `cache.batch_select_indices` / `batch_repeat_interleave` (a sampler dropping finished
+      rows, beam search) select them too, and later calls with that cache reuse them.
     """
     original = model.forward
 
     def forward(*args: Any, routing_weights: torch.Tensor | None = None, **kwargs: Any) -> Any:
+        attach = None
+        if routing_weights is None and composition.auto_routes():
+            cache = kwargs.get("past_key_values", kwargs.get("cache"))
+            routing_weights = getattr(cache, "tracerl_routing_weights", None)
+            if routing_weights is None and (cache is None or cache.get_seq_length() == 0):
+                input_ids = kwargs.get("input_ids", args[0] if args else None)
+                if input_ids is not None:
+                    routing_weights = attach = composition.route_on_prefill(input_ids, kwargs.get("attention_mask"))
         if routing_weights is None:
             return original(*args, **kwargs)
         previous, composition.task_weights = composition.task_weights, routing_weights
         try:
-            return original(*args, **kwargs)
+            out = original(*args, **kwargs)
         finally:
             composition.task_weights = previous
+        cache = getattr(out, "past_key_values", None)
+        if attach is not None and cache is not None:
+            _carry_weights(cache, attach)
+        return out
 
     model.forward = forward
+
+
+def _carry_weights(cache: Any, weights: torch.Tensor) -> None:
+    """Keep per-row routing weights on a KV cache, selected and repeated with its rows."""
+    cache.tracerl_routing_weights = weights
+    select, repeat = cache.batch_select_indices, cache.batch_repeat_interleave
+
+    def batch_select_indices(indices: torch.Tensor) -> None:
+        select(indices)
+        cache.tracerl_routing_weights = cache.tracerl_routing_weights.index_select(0, indices.to(weights.device))
+
+    def batch_repeat_interleave(repeats: int) -> None:
+        repeat(repeats)
+        cache.tracerl_routing_weights = cache.tracerl_routing_weights.repeat_interleave(repeats, dim=0)
+
+    cache.batch_select_indices = batch_select_indices
+    cache.batch_repeat_interleave = batch_repeat_interleave
 
 
 def check_capabilities(capabilities: list[Capability], adapters: list[LoRAAdapter]) -> None:
