@@ -70,3 +70,15 @@ def test_top_logprobs_include_the_greedy_token(model):
     for token, lp, top in zip(res.token_ids, res.logprobs, res.top_logprobs):
         assert top[0] == (token, pytest.approx(lp)) and len(top) == 3
         assert sum(math.exp(v) for _, v in top) <= 1.0 + 1e-6
+
+
+def test_shared_prompt_prefix_runs_once_and_changes_nothing(model):
+    from tracerl.models.generation import shared_prefix_length
+
+    prefix = list(range(40, 80))
+    prompts = [prefix + [5, 6], prefix + [7], prefix + [8, 9, 10]]
+    assert shared_prefix_length(prompts) == 40 and shared_prefix_length([prefix, prefix]) == 39
+    assert shared_prefix_length([[1] * 10, [1] * 10]) == 0  # under the minimum
+    batch = generate(model, [GenerationRequest(p, max_new_tokens=5, temperature=0) for p in prompts])
+    for prompt, res in zip(prompts, batch):
+        assert res.logprobs == pytest.approx(teacher_forced(model, prompt, res.token_ids), abs=1e-5)

@@ -1,7 +1,8 @@
 """Batched sampling with a KV cache over any Hugging Face-style causal LM, one set of parameters per row.
 
-`generate(model, requests)` left-pads the prompts, runs one prefill and then one forward per new
-token with `past_key_values`, and samples every row with its own temperature, top-p, token
+`generate(model, requests)` runs the prompt prefix that all rows share once (batch 1, its KV
+cache repeated for the rows — rows of one adapter only), left-pads the rest of the prompts, runs
+one prefill and then one forward per new token with the KV cache, and samples every row with its own temperature, top-p, token
 budget, stop tokens and `torch.Generator` — so a row's tokens do not depend on which other rows
 share its batch (up to floating-point differences of batched kernels). Rows that finish are
 dropped from the batch and the cache.
@@ -91,20 +92,30 @@ def generate(
 
 def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs, device) -> None:
     prompts = [requests[i].prompt_ids for i in alive]
+    if any(not p for p in prompts):
+        raise ValueError("empty prompt")
+    cache_name, keep_last = _forward_signature(model)
+    cache = None
+    extras = [requests[i].extra for i in alive]
+    shared = shared_prefix_length(prompts) if all(e == extras[0] for e in extras) else 0
+    if shared:  # one forward for the prompt prefix all rows share (system prompt, a GRPO group's prompt)
+        extra = forward_kwargs([requests[alive[0]].extra]) if forward_kwargs else {}
+        prefix = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)
+        out = model(input_ids=prefix, use_cache=True, **{cache_name: None}, **extra)
+        cache = getattr(out, cache_name)
+        cache.batch_repeat_interleave(len(alive))
+        prompts = [p[shared:] for p in prompts]
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(alive), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(alive), width), dtype=torch.long)
+    attention = torch.zeros((len(alive), shared + width), dtype=torch.long)
+    attention[:, :shared] = 1
     for row, prompt in enumerate(prompts):
-        if not prompt:
-            raise ValueError("empty prompt")
         input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        attention[row, width - len(prompt):] = 1
+        attention[row, shared + width - len(prompt):] = 1
     input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = None
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
     step_input = input_ids
     step_positions = positions
-    cache_name, keep_last = _forward_signature(model)
     while alive:
         extra = forward_kwargs([requests[i].extra for i in alive]) if forward_kwargs else {}
         if keep_last:
@@ -148,6 +159,21 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
         step_positions = step_positions[:, -1:] + 1
         step_input = next_tokens
+
+
+def shared_prefix_length(prompts: list[list[int]], minimum: int = 32) -> int:
+    """Length of the prefix all prompts share, leaving each at least one token; 0 if under `minimum`
+    or for a single prompt (nothing to share)."""
+    if len(prompts) < 2:
+        return 0
+    first = prompts[0]
+    n = min(len(p) for p in prompts) - 1
+    for p in prompts[1:]:
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return n if n >= minimum else 0
 
 
 def _sample_row(logits: torch.Tensor, req: GenerationRequest, mode: LogprobsMode) -> tuple[int, float, list[tuple[int, float]]]:

@@ -1,0 +1,317 @@
+"""Build the embedded tiny agent: tokenizer + supervised fine-tuning on the flawed airline policy.
+
+    tracerl build-agent --out src/tracerl/models/tiny_agent
+
+1. Roll the built-in airline domain's *flawed* reference policy out on `episodes` train-split
+   tasks (seeds 0…episodes−1): demonstrations with planted capability gaps.
+2. Train a byte-level BPE tokenizer on the templated conversations (`tracerl.models.tokenizer`).
+3. Build a Qwen3ForCausalLM from a config (random init, seeded) and train it on the
+   demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
+   records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
+4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
+   data size, minutes, parameters, tokens/s, pass rates) beside the model.
+
+Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
+those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from tracerl.core.io import write_json
+from tracerl.core.policy import Session
+from tracerl.core.trajectory import Trajectory
+from tracerl.models.chat import ChatFormat
+from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
+from tracerl.models.tokenizer import train_tokenizer
+
+
+class AgentRecipe(BaseModel):
+    """Everything `build-agent` needs; the defaults made the shipped agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    seed: int = 0
+    policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
+    episodes: int = 2000
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 4096
+    max_steps: int = 600
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    warmup_steps: int = 30
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    max_new_tokens: int = 160
+    eval_every: int = 0  # steps between validation passes (0: only at the end)
+    eval_tasks: int = 48  # validation: train-split seeds after the training ones
+    test_tasks: int = 100  # the report: test-split seeds
+    num_threads: int = 2
+
+
+def sft_example(chat: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int]]:
+    """(ids, mask) of a demonstration, built exactly as a model's episode record is: each assistant
+    turn is the tokenizer's encoding of the template's rendering of the message (mask 1)."""
+    session = Session(messages=[], tools=trajectory.tools)
+    index = 0
+    messages = trajectory.messages
+    while index < len(messages) and messages[index].role != "assistant":
+        index += 1
+    session.messages = list(messages[:index])
+    while index < len(messages):
+        reply = messages[index]
+        chat.prepare(session)
+        before = chat.render(session.messages, session.tools, add_generation_prompt=True)
+        after = chat.render(session.messages + [reply], session.tools, add_generation_prompt=False)
+        body = after[len(before):]
+        body = body[: body.rindex(chat.end_of_turn) + len(chat.end_of_turn)]
+        ids = chat.encode(body)
+        chat.record(session, ids, [0.0] * len(ids))
+        session.messages.append(reply)
+        index += 1
+        while index < len(messages) and messages[index].role != "assistant":
+            session.messages.append(messages[index])
+            index += 1
+    assert session.tokens is not None
+    return list(session.tokens.ids), list(session.tokens.mask)
+
+
+def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list[str]:
+    return [chat.render(t.messages, t.tools, add_generation_prompt=False) for t in trajectories]
+
+
+def collect_demonstrations(recipe: AgentRecipe, seeds: range | list[int]) -> list[Trajectory]:
+    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.runner import Episode, rollout
+
+    policy = make_policy(recipe.policy, seed=recipe.seed)
+    return rollout(lambda: make_env("airline", split="train"), policy, [Episode(seed=s) for s in seeds])
+
+
+def evaluate(model: Any, tokenizer: Any, seeds: list[int], split: str, max_new_tokens: int, batch_size: int = 64) -> list[Trajectory]:
+    """Greedy episodes of the model on airline tasks of `split`."""
+    from tracerl.envs.registry import make_env
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.local import LocalPolicy
+
+    policy = LocalPolicy(model, tokenizer, temperature=0.0, max_new_tokens=max_new_tokens)
+    return rollout(lambda: make_env("airline", split=split), policy, [Episode(seed=s) for s in seeds], batch_size=batch_size)
+
+
+def build_agent(
+    out_dir: str | Path,
+    recipe: AgentRecipe,
+    *,
+    command: str = "",
+    log: Callable[[str], None] = print,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> dict[str, Any]:
+    """Make the agent in `out_dir` (model, tokenizer, build.json); return the build report."""
+    from tracerl.envs.airline import TEST_SEEDS, TRAIN_SEEDS
+
+    start = time.time()
+    torch.set_num_threads(recipe.num_threads)
+    out_dir = Path(out_dir)
+    train_seeds = list(TRAIN_SEEDS[: recipe.episodes])
+    val_seeds = list(TRAIN_SEEDS[recipe.episodes: recipe.episodes + recipe.eval_tasks])
+    test_seeds = list(TEST_SEEDS[: recipe.test_tasks])
+
+    demos = collect_demonstrations(recipe, train_seeds)
+    teacher_pass = sum(t.passed for t in demos) / len(demos)
+    log(f"{len(demos)} demonstrations from {recipe.policy} (teacher pass rate {teacher_pass:.3f})")
+
+    from tracerl.models.templates import TINY_AGENT_TEMPLATE
+
+    bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
+    texts = conversation_texts(ChatFormat(bootstrap), demos)
+    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
+    chat = ChatFormat(tokenizer)
+    examples = [sft_example(chat, t) for t in demos]
+    n_tokens = sum(len(ids) for ids, _ in examples)
+    n_loss = sum(sum(mask) for _, mask in examples)
+    log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on")
+
+    config = tiny_qwen3_config(
+        len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_hidden_layers,
+        num_attention_heads=recipe.num_attention_heads, num_key_value_heads=recipe.num_key_value_heads,
+        intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.max_position_embeddings,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    model = tiny_qwen3(config, seed=recipe.seed)
+    log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters")
+
+    history = train_sft(model, examples, recipe, tokenizer.pad_token_id, log=log, progress=progress,
+                        on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
+    train_seconds = history["seconds"]
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+    t0 = time.time()
+    test = evaluate(model, tokenizer, test_seeds, "test", recipe.max_new_tokens)
+    eval_seconds = time.time() - t0
+    generated = sum(sum(t.tokens.mask) for t in test if t.tokens)
+    report = {
+        "command": command,
+        "recipe": recipe.model_dump(),
+        "data": {"episodes": len(demos), "teacher_pass_rate": round(teacher_pass, 4), "tokens": n_tokens, "trained_tokens": n_loss},
+        "model": {"architecture": "Qwen3ForCausalLM", "parameters": count_parameters(model), "vocab_size": len(tokenizer)},
+        "training": {"steps": recipe.max_steps, "seconds": round(train_seconds, 1),
+                     "tokens_per_second": round(history["tokens"] / max(train_seconds, 1e-9), 1),
+                     "final_loss": history["losses"][-1] if history["losses"] else None, "validation": history["evals"]},
+        "test": {"tasks": len(test), "greedy_pass_rate": _pass_rate(test), "split": "test", "seeds": [test_seeds[0], test_seeds[-1]],
+                 "generated_tokens": generated, "sampling_tokens_per_second": round(generated / max(eval_seconds, 1e-9), 1)},
+        "minutes": round((time.time() - start) / 60, 2),
+        "machine": {"torch": torch.__version__, "threads": recipe.num_threads, "platform": platform.platform()},
+    }
+    write_json(out_dir / "build.json", report)
+    return report
+
+
+def train_sft(
+    model: torch.nn.Module,
+    examples: list[tuple[list[int], list[int]]],
+    recipe: AgentRecipe,
+    pad_id: int,
+    *,
+    log: Callable[[str], None] = print,
+    progress: Callable[[int, int, float], None] | None = None,
+    on_eval: Callable[[torch.nn.Module], float] | None = None,
+) -> dict[str, Any]:
+    """Masked next-token training; returns losses, validation pass rates, tokens seen and seconds."""
+    rng = random.Random(recipe.seed)
+    torch.manual_seed(recipe.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.learning_rate, betas=(0.9, 0.95),
+    )
+
+    def lr_at(step: int) -> float:
+        if step < recipe.warmup_steps:
+            return (step + 1) / recipe.warmup_steps
+        frac = (step - recipe.warmup_steps) / max(1, recipe.max_steps - recipe.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    prefix_len = common_prefix_length([ids for ids, _ in examples])
+    log(f"shared prompt prefix: {prefix_len} tokens (computed once per batch)")
+    order: list[list[int]] = []
+    losses: list[float] = []
+    evals: list[dict[str, float]] = []
+    tokens = 0
+    start = time.time()
+    model.train()
+    for step in range(recipe.max_steps):
+        if not order:
+            order = length_grouped_batches([len(ids) for ids, _ in examples], recipe.batch_size, rng)
+        batch = [examples[i] for i in order.pop()]
+        loss, n_tokens = shared_prefix_loss(model, batch, prefix_len, pad_id)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        tokens += n_tokens
+        losses.append(round(float(loss.detach()), 4))
+        if progress:
+            progress(step + 1, recipe.max_steps, losses[-1])
+        if (step + 1) % 25 == 0:
+            log(f"step {step + 1}/{recipe.max_steps} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
+        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and step + 1 < recipe.max_steps:
+            rate = on_eval(model)
+            model.train()
+            evals.append({"step": step + 1, "validation_pass_rate": rate})
+            log(f"step {step + 1}: validation greedy pass rate {rate:.3f}")
+    seconds = time.time() - start
+    if on_eval:
+        evals.append({"step": recipe.max_steps, "validation_pass_rate": on_eval(model)})
+        log(f"final validation greedy pass rate {evals[-1]['validation_pass_rate']:.3f}")
+    model.eval()
+    return {"losses": losses, "evals": evals, "tokens": tokens, "seconds": seconds}
+
+
+def common_prefix_length(sequences: list[list[int]]) -> int:
+    """Tokens every sequence starts with (the system prompt), leaving at least one token each."""
+    first = sequences[0]
+    n = min(len(s) for s in sequences) - 1
+    for seq in sequences[1:]:
+        k = 0
+        while k < n and seq[k] == first[k]:
+            k += 1
+        n = k
+    return max(n, 0)
+
+
+def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
+    """One epoch of batches: shuffled, then sorted by length within windows of 8 batches (less padding)."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = batch_size * 8
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
+        batches += [chunk[k:k + batch_size] for k in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def shared_prefix_loss(model: torch.nn.Module, batch: list[tuple[list[int], list[int]]], prefix_len: int, pad_id: int) -> tuple[torch.Tensor, int]:
+    """Mean next-token loss on mask-1 tokens, computing the shared prefix (mask 0) once for the batch.
+
+    The prefix runs with batch size 1; its KV cache is repeated for the rows and the rest of each
+    sequence runs on top of it at positions prefix_len…. Equal to the plain loss (tested).
+    Returns (loss, tokens processed).
+    """
+    if prefix_len == 0:
+        input_ids, labels, attention = _collate(batch, pad_id)
+        return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss, int(attention.sum())
+    from tracerl.models.generation import _forward_signature
+
+    cache_name, _ = _forward_signature(model)
+    prefix = torch.tensor([batch[0][0][:prefix_len]])
+    cache = getattr(model(input_ids=prefix, use_cache=True), cache_name)
+    cache.batch_repeat_interleave(len(batch))
+    rest = [(ids[prefix_len:], mask[prefix_len:]) for ids, mask in batch]
+    input_ids, labels, attention = _collate(rest, pad_id)
+    positions = torch.arange(prefix_len, prefix_len + input_ids.shape[1]).expand(len(batch), -1)
+    full_mask = torch.cat([torch.ones(len(batch), prefix_len, dtype=attention.dtype), attention], dim=1)
+    out = model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions, use_cache=True,
+                labels=labels, **{cache_name: cache})
+    return out.loss, prefix_len + int(attention.sum())
+
+
+def _collate(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, labels (−100 off the assistant tokens) and the attention mask."""
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, mask) in enumerate(batch):
+        n = len(ids)
+        input_ids[row, :n] = torch.tensor(ids)
+        attention[row, :n] = 1
+        labels[row, :n] = torch.tensor([t if m else -100 for t, m in zip(ids, mask, strict=True)])
+    return input_ids, labels, attention
+
+
+def _pass_rate(trajectories: list[Trajectory]) -> float:
+    return round(sum(t.passed for t in trajectories) / max(1, len(trajectories)), 4)
+

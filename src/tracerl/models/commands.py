@@ -1,0 +1,73 @@
+"""`tracerl build-agent`: make the embedded tiny agent (tokenizer + SFT on the flawed airline policy)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tracerl.core.errors import InputError
+
+
+def build_agent_command(
+    out: Annotated[Path, typer.Option(help="Output directory (the shipped agent lives in src/tracerl/models/tiny_agent).")] = Path("tiny_agent"),
+    seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
+    policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4.")] = "flawed:0.6,0.6,0.2,0.2",
+    episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 2000,
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 600,
+    batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 16,
+    learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
+    hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
+    layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
+    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")] = 1024,
+    eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
+    test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    json_output: Annotated[bool, typer.Option("--json", help="Print build.json on stdout.")] = False,
+) -> None:
+    """Train the tokenizer and the tiny Qwen3 agent on flawed demonstrations; write model + build.json."""
+    from tracerl.models.build_agent import AgentRecipe, build_agent
+
+    if not policy.startswith("flawed"):
+        raise InputError(f"--policy must be a flawed reference policy spec (flawed:p1,p2,p3,p4), got '{policy}'")
+    for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads)):
+        if value < 1:
+            raise InputError(f"{flag} must be at least 1, got {value}")
+    if hidden_size % 4:
+        raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
+    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
+                         learning_rate=learning_rate, hidden_size=hidden_size, num_hidden_layers=layers,
+                         vocab_size=vocab_size, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
+                         warmup_steps=min(30, max(1, steps // 10)))
+    command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
+    console = Console(stderr=True)
+    with Progress(TextColumn("build-agent"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+                  TimeElapsedColumn(), console=console, transient=True, disable=json_output) as bar:
+        task = bar.add_task("sft", total=steps, loss="-")
+        report = build_agent(out, recipe, command=command, log=lambda m: console.print(m, highlight=False),
+                             progress=lambda i, n, loss: bar.update(task, completed=i, loss=f"{loss:.3f}"))
+    if json_output:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    table = Table(title=f"tiny agent → {out}")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    rows = [("parameters", f"{report['model']['parameters']:,}"), ("vocabulary", str(report["model"]["vocab_size"])),
+            ("demonstrations", str(report["data"]["episodes"])), ("teacher pass rate", f"{report['data']['teacher_pass_rate']:.1%}"),
+            ("training tokens/s", f"{report['training']['tokens_per_second']:,.0f}"), ("minutes", str(report["minutes"])),
+            ("test greedy pass rate", f"{report['test']['greedy_pass_rate']:.1%} of {report['test']['tasks']}"),
+            ("sampling tokens/s", f"{report['test']['sampling_tokens_per_second']:,.0f}")]
+    for k, v in rows:
+        table.add_row(k, v)
+    Console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("build-agent")(build_agent_command)
