@@ -5,6 +5,7 @@ Policy specs are `NAME` or `NAME:ARGS`; the factory registered for NAME parses A
     oracle                       the airline oracle (passes every task)
     flawed                       the oracle with planted faults, 0.25 each
     flawed:p1[,p2[,p3[,p4]]]     … with these rates (missing ones are 0), each in [0, 1]
+    model[:PATH]                 a causal LM (default: the embedded tiny agent), greedy (tracerl.models.factory)
 
 Other stages add theirs with `register_policy` (e.g. 'model:PATH') and `register_env`.
 Bad names and arguments raise `InputError` (one line, exit code 2 from the CLI).
@@ -35,8 +36,14 @@ def _scripted(spec: str, seed: int = 0, **kw: Any) -> Policy:
     return scripted_policy_from_spec(spec, seed=seed, **kw)
 
 
+def _model(spec: str, seed: int = 0, **kw: Any) -> Policy:
+    from tracerl.models.factory import model_policy  # 'model' (the embedded tiny agent) or 'model:PATH'
+
+    return model_policy(spec, seed=seed, **kw)
+
+
 ENV_FACTORIES: dict[str, EnvFactory] = {"airline": _airline}
-POLICY_FACTORIES: dict[str, PolicyFactory] = {"oracle": _scripted, "flawed": _scripted}
+POLICY_FACTORIES: dict[str, PolicyFactory] = {"oracle": _scripted, "flawed": _scripted, "model": _model}
 
 
 def register_env(name: str, factory: EnvFactory) -> None:
