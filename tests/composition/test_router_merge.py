@@ -119,10 +119,9 @@ def test_merged_weights_match_the_low_rank_merge_mode(setup):
 
 
 def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
-    """Without explicit weights, each row routes itself from its prompt at prefill; when a row
-    finishes and the sampler drops it from the batch and the cache, the others keep their weights."""
+    """Without explicit weights, a prefill routes each row from its own prompt; the weights ride on
+    the returned cache, and dropping a finished row from the cache drops its weights too."""
     from tracerl.models.chat import ChatFormat
-    from tracerl.models.generation import GenerationRequest, generate
 
     base, tokenizer, dirs = setup
     model = copy.deepcopy(base)
@@ -131,13 +130,50 @@ def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
     composition.top_p = 1.0
     chat = ChatFormat(tokenizer)
     conversations = [conversation("cancel my reservation please"), conversation("look up the order status"), conversation("hello")]
-    expected_weights = composition.weights_for(conversations)
-    assert not torch.allclose(expected_weights[0], expected_weights[1])
-    requests = [GenerationRequest(prompt_ids=chat.prompt_ids(c, None), max_new_tokens=n, temperature=0.0)
-                for c, n in zip(conversations, (2, 6, 4))]
-    batched = generate(model, requests)
+    weights = composition.weights_for(conversations)
+    assert not torch.allclose(weights[0], weights[1])
+    prompts = [chat.prompt_ids(c, None) for c in conversations]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    attention = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
+    step = torch.tensor([[5], [6], [7]])
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=attention, use_cache=True)
+        assert torch.equal(out.past_key_values.tracerl_routing_weights, weights)
+        out.past_key_values.batch_select_indices(torch.tensor([0, 2]))  # row 1 finished
+        keep = torch.tensor([0, 2])
+        nxt = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
+                     past_key_values=out.past_key_values, use_cache=True).logits
+        explicit = model(input_ids=ids[keep], attention_mask=attention[keep], use_cache=True, routing_weights=weights[keep])
+        expected = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
+                         past_key_values=explicit.past_key_values, use_cache=True, routing_weights=weights[keep]).logits
+    assert torch.allclose(nxt, expected, atol=1e-5, rtol=0)
     assert composition.task_weights is None
-    for request, weights, result in zip(requests, expected_weights, batched):
-        alone = generate(model, [request], forward_kwargs=lambda extras, w=weights: {"routing_weights": w[None]})
+
+
+def test_composed_policy_routes_server_requests_from_their_prompt_ids(setup):
+    """Requests that arrive without weights (the OpenAI server's) are routed from their prompts, also
+    when the batched sampler prefills a long shared system prompt once; rows finish at different times."""
+    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.models.chat import ChatFormat
+    from tracerl.models.generation import GenerationRequest, generate
+
+    base, tokenizer, dirs = setup
+    model = copy.deepcopy(base)
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge")
+    composition.router = TaskRouter(model, tokenizer, CAPS)
+    composition.top_p = 1.0
+    policy = ComposedPolicy(model, tokenizer, temperature=0.0)
+    chat = ChatFormat(tokenizer)
+    system = "You are a support agent for an airline. Follow the policy strictly and verify every precondition. " * 2
+    conversations = [[Message.system(system), Message.user(t)] for t in ("cancel my reservation please", "look up the order status", "hello")]
+    requests = [GenerationRequest(prompt_ids=chat.prompt_ids(c, None), max_new_tokens=n, temperature=0.0, extra="served-name")
+                for c, n in zip(conversations, (2, 6, 4))]
+    results = policy.generate_requests(requests)
+    weights = composition.weights_for(conversations)
+    for request, w, result in zip(requests, weights, results):
+        assert request.extra == pytest.approx(tuple(w.tolist()))
+        alone = generate(model, [GenerationRequest(prompt_ids=request.prompt_ids, max_new_tokens=request.max_new_tokens, temperature=0.0)],
+                         forward_kwargs=lambda extras, w=w: {"routing_weights": w[None]})
         assert alone[0].token_ids == result.token_ids
         assert alone[0].logprobs == pytest.approx(result.logprobs, abs=1e-5)

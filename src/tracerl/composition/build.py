@@ -40,6 +40,7 @@ class ComposeOptions:
     labels: list[str] | None = None
     model_name: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    successful_only: bool = True  # gate training on passed trajectories only (TRACE); False: all of them
     seed: int = 0
 
 
@@ -132,7 +133,7 @@ def _train(composition: Composition, tokenizer, train: list[Trajectory], options
     if not train:
         return None
     slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
-    examples = examples_from_trajectories(tokenizer, train, slot_of)
+    examples = examples_from_trajectories(tokenizer, train, slot_of, successful_only=options.successful_only)
     if not examples:
         raise InputError("no successful training trajectories to train the gates on")
     history = train_gates(composition, examples, options.gate, on_log=on_log)

@@ -21,6 +21,7 @@ Base weights and adapters are frozen; only the gates are parameters that train.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -164,31 +165,41 @@ class Composition:
 
     def route_on_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """Routing weights (batch, N+1) for templated prompts given as token ids (padding masked out)."""
-        tokenizer = self.router.tokenizer
-        texts = []
+        rows = []
         for row in range(input_ids.shape[0]):
             ids = input_ids[row] if attention_mask is None else input_ids[row][attention_mask[row].bool()]
-            texts.append(first_user_turn_of_text(tokenizer.decode(ids.tolist(), skip_special_tokens=False)))
+            rows.append(ids.tolist())
+        return self.weights_for_prompt_ids(rows).to(input_ids.device)
+
+    def weights_for_prompt_ids(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Routing weights for ChatML-templated prompts; each must contain its whole first user turn."""
+        if self.router is None:
+            raise RuntimeError("this composition has no task router (load it with load_composed)")
+        texts = []
+        for ids in prompts:
+            request = first_user_turn_of_text(self.router.tokenizer.decode(ids, skip_special_tokens=False))
+            if request is None:
+                raise RuntimeError(
+                    "a router/merge composed model must see each prompt's whole first user turn in its first call "
+                    "(a sampler that prefills a shared prefix first cannot route it): use ComposedPolicy or pass routing_weights="
+                )
+            texts.append(request)
         with self.base_only():
             alpha = self.router.label_logits(texts).softmax(dim=-1)
-        weights = top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
-        return weights.to(input_ids.device)
+        return top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
 
     def route_requests(self, conversations: list[list[Any]]) -> torch.Tensor | None:
         """Set `task_weights` for the next forward calls on this batch (see `weights_for`)."""
         self.task_weights = self.weights_for(conversations)
         return self.task_weights
 
-    def request_weights(self, conversations: list[list[Any]]) -> list[torch.Tensor | None]:
-        """Per-request routing weights (one row each) to carry in `GenerationRequest.extra`."""
-        weights = self.weights_for(conversations)
-        return [None] * len(conversations) if weights is None else list(weights)
-
     def forward_kwargs(self, extras: list[Any]) -> dict[str, Any]:
-        """`generate(..., forward_kwargs=composition.forward_kwargs)`: the rows' weights, stacked."""
+        """`generate(..., forward_kwargs=composition.forward_kwargs)` with each request's `extra` a tuple
+        of its N+1 routing weights: the running rows' weights as one (rows, N+1) tensor."""
         if self.mode == "moe" or not extras or any(e is None for e in extras):
             return {}
-        return {"routing_weights": torch.stack(list(extras))}
+        device = next(self.model.parameters()).device
+        return {"routing_weights": torch.tensor([list(e) for e in extras], dtype=torch.float32, device=device)}
 
     # --- checks -----------------------------------------------------------------------------
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -205,10 +216,10 @@ class Composition:
         return sum(p.numel() for p in self.trainable_parameters())
 
 
-def first_user_turn_of_text(text: str) -> str:
-    """The first user turn of a ChatML-rendered prompt (`<|im_start|>user\n…<|im_end|>`); the whole text otherwise."""
-    match = re.search(r"<\|im_start\|>user\n(.*?)(?:<\|im_end\|>|$)", text, flags=re.S)
-    return match.group(1) if match else text
+def first_user_turn_of_text(text: str) -> str | None:
+    """The first user turn of a ChatML-rendered prompt (`<|im_start|>user\n…<|im_end|>`); None if it is not complete."""
+    match = re.search(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", text, flags=re.S)
+    return match.group(1) if match else None
 
 
 def top1_weights(alpha: torch.Tensor) -> torch.Tensor:
@@ -309,7 +320,9 @@ def _accept_routing_weights(model: nn.Module, composition: Composition) -> None:
         if routing_weights is None and composition.auto_routes():
             cache = kwargs.get("past_key_values", kwargs.get("cache"))
             routing_weights = getattr(cache, "tracerl_routing_weights", None)
-            if routing_weights is None and (cache is None or cache.get_seq_length() == 0):
+            if routing_weights is None:
+                if cache is not None and cache.get_seq_length() > 0:
+                    raise RuntimeError("a KV cache without routing weights: prefill the whole prompt through this model first")
                 input_ids = kwargs.get("input_ids", args[0] if args else None)
                 if input_ids is not None:
                     routing_weights = attach = composition.route_on_prefill(input_ids, kwargs.get("attention_mask"))
@@ -325,6 +338,12 @@ def _accept_routing_weights(model: nn.Module, composition: Composition) -> None:
             _carry_weights(cache, attach)
         return out
 
+    signature = inspect.signature(original)
+    extra = inspect.Parameter("routing_weights", inspect.Parameter.KEYWORD_ONLY, default=None)
+    params = list(signature.parameters.values())
+    where = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    forward.__signature__ = signature.replace(parameters=params[:where] + [extra] + params[where:])  # type: ignore[attr-defined]
+    forward.__doc__ = original.__doc__
     model.forward = forward
 
 

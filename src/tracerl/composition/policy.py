@@ -50,12 +50,24 @@ class ComposedPolicy(LocalPolicy):
         if self.composition.mode != "moe":
             extra = session.state.extra
             if WEIGHTS_KEY not in extra:
-                extra[WEIGHTS_KEY] = self._pending.pop(id(session))
-                session.info["routing"] = dict(zip(self.composition.slot_names, (round(float(x), 4) for x in extra[WEIGHTS_KEY])))
+                extra[WEIGHTS_KEY] = tuple(float(x) for x in self._pending.pop(id(session)))
+                session.info["routing"] = dict(zip(self.composition.slot_names, (round(x, 4) for x in extra[WEIGHTS_KEY])))
             request.extra = extra[WEIGHTS_KEY]
         return request
 
     def generate_requests(self, requests: list[GenerationRequest]) -> list:
+        """Generate through the composed model. Router/merge requests without weights in `extra`
+        (e.g. from the OpenAI server, whose `extra` names the model) are routed here from their
+        prompt ids first, so a shared-prefix prefill never has to route a partial prompt."""
+        if self.composition.mode != "moe":
+            unrouted = [r for r in requests if not isinstance(r.extra, tuple)]
+            if unrouted:
+                weights = self.composition.weights_for_prompt_ids([r.prompt_ids for r in unrouted])
+                for r, w in zip(unrouted, weights, strict=True):
+                    r.extra = tuple(float(x) for x in w)
+        else:
+            for r in requests:
+                r.extra = None
         results: list = []
         for start in range(0, len(requests), self.max_batch_size):
             chunk = requests[start : start + self.max_batch_size]

@@ -1,0 +1,136 @@
+"""Quality of the composed models: routing accuracy and per-capability success vs each own adapter.
+
+    python benchmarks/capability_adapters.py --out /tmp/cap          # trains one adapter per env
+    python benchmarks/composition_quality.py --root /tmp/cap --out /tmp/cap/composed
+
+Reads <root>/envs/<capability>/ (env directories) and <root>/adapters/<capability>/ (PEFT LoRA
+adapters of the base). Then, for every capability environment:
+
+1. gate-training data: rollouts of the capability's own adapter on training seeds
+   [0, --train-episodes) at temperature --temperature, labelled `info.capability`;
+2. `tracerl compose` machinery (`build_composition`) for the modes moe, router and merge;
+3. routing accuracy on held-out prompts (the openings of seeds eval_seed_start + i, i < --eval-episodes:
+   the adapters' own held-out seeds), per environment;
+4. greedy held-out success of: the base, the capability's own adapter, and each composed model.
+
+The issue's targets: routing accuracy ≥ 90% (moe per-token majority, and the task router), and
+each composed model within 5 points of the capability's own adapter on every environment.
+Writes <out>/quality.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+EVAL_SEED_START = 1_000_000  # TrainConfig.eval_seed_start: the adapters' own held-out seeds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, required=True, help="folder with envs/ and adapters/ (capability_adapters.py --out)")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--base", default="tiny-agent")
+    ap.add_argument("--train-episodes", type=int, default=64, help="gate-training rollouts per capability")
+    ap.add_argument("--eval-episodes", type=int, default=64, help="held-out seeds per capability")
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--max-steps", type=int, default=200, help="gate-training steps")
+    ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from tracerl.composition.accuracy import LabelledPrompt, routing_accuracy
+    from tracerl.composition.artifact import load_composed
+    from tracerl.composition.build import ComposeOptions, build_composition
+    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.composition.training import GateTrainingConfig
+    from tracerl.core.io import write_json, write_jsonl
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.synthesis.envdir import load_env_dir, load_env_spec
+    from tracerl.training.run import capability_dirs
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    env_dirs = [d for d in capability_dirs(args.root / "envs") if (args.root / "adapters" / d.name / "adapter_config.json").exists()]
+    names = [d.name for d in env_dirs]
+    make_env = {d.name: load_env_dir(d) for d in env_dirs}
+    adapter_dirs = [str(args.root / "adapters" / n) for n in names]
+    capabilities = [{"name": n, "description": load_env_spec(d).description or n.replace("_", " "), "selected": True} for n, d in zip(names, env_dirs)]
+    write_json(args.out / "capabilities.json", {"capabilities": capabilities})
+    print(f"capabilities: {names}", flush=True)
+
+    model, tokenizer = load_model(args.base, device="cpu")
+    sampler = LocalPolicy(model, tokenizer, temperature=args.temperature, seed=0, max_new_tokens=args.max_new_tokens)
+    greedy = LocalPolicy(model, tokenizer, temperature=0.0, seed=0, max_new_tokens=args.max_new_tokens)
+    for n, d in zip(names, adapter_dirs):
+        sampler.load_adapter(n, d)
+    greedy.model = sampler.model  # one PeftModel holding every adapter
+
+    t0 = time.perf_counter()
+    rollouts = []
+    for n in names:
+        trajs = rollout(make_env[n], sampler, [Episode(seed=s, adapter=n) for s in range(args.train_episodes)])
+        for t in trajs:
+            t.info["capability"] = n
+        rollouts += trajs
+        print(f"{n}: {sum(t.passed for t in trajs)}/{len(trajs)} training rollouts passed", flush=True)
+    write_jsonl(args.out / "rollouts.jsonl", rollouts)
+
+    heldout = {n: [EVAL_SEED_START + i for i in range(args.eval_episodes)] for n in names}
+    prompts = []
+    for n in names:
+        for s in heldout[n]:
+            env = make_env[n]()
+            messages, _ = env.reset(seed=s)
+            prompts.append(LabelledPrompt(messages, env.tools, n))
+
+    def success(policy, n: str, adapter: str | None) -> float:
+        trajs = rollout(make_env[n], policy, [Episode(seed=s, adapter=adapter) for s in heldout[n]])
+        return sum(t.passed for t in trajs) / len(trajs)
+
+    results: dict = {"capabilities": names, "success": {}, "routing_accuracy": {}, "config": {k: str(v) for k, v in vars(args).items()}}
+    results["success"]["base"] = {n: success(greedy, n, None) for n in names}
+    results["success"]["own adapter"] = {n: success(greedy, n, n) for n in names}
+    print(json.dumps(results["success"], indent=1), flush=True)
+    del sampler, greedy, model
+
+    for mode in args.modes:
+        out = args.out / mode
+        options = ComposeOptions(mode=mode, capabilities_file=str(args.out / "capabilities.json"), trajectories=[str(args.out / "rollouts.jsonl")],
+                                 heldout_fraction=0.0, successful_only=not args.all_rollouts, gate=GateTrainingConfig(max_steps=args.max_steps, logging_steps=max(1, args.max_steps // 10)))
+        spec = build_composition(adapter_dirs, args.base, out, options, on_gate_log=lambda r: print(f"  gates {r}", flush=True))
+        composed = load_composed(out, device="cpu")
+        composition = composed.tracerl_composition
+        accuracy = routing_accuracy(composition, composed.tracerl_tokenizer, prompts)
+        spec_path = out / "composition.json"
+        stored = json.loads(spec_path.read_text())
+        stored["routing_accuracy"] = accuracy | {"prompts": f"held-out seeds {EVAL_SEED_START}+i, i < {args.eval_episodes}, per environment"}
+        write_json(spec_path, stored)
+        results["routing_accuracy"][mode] = accuracy
+        policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
+        results["success"][f"composed {mode}"] = {n: success(policy, n, None) for n in names}
+        print(mode, json.dumps(accuracy), json.dumps(results["success"][f"composed {mode}"]), flush=True)
+
+    own = results["success"]["own adapter"]
+    results["within_5_points"] = {
+        variant: all(values[n] >= own[n] - 0.05 for n in names) for variant, values in results["success"].items() if variant.startswith("composed")
+    }
+    results["wall_s"] = round(time.perf_counter() - t0, 1)
+    write_json(args.out / "quality.json", results)
+    header = "| variant | " + " | ".join(names) + " |"
+    print(header + "\n|---|" + "---:|" * len(names))
+    for variant, values in results["success"].items():
+        print(f"| {variant} | " + " | ".join(f"{100 * values[n]:.1f}%" for n in names) + " |")
+    for mode, acc in results["routing_accuracy"].items():
+        print(f"| routing accuracy ({mode}) | " + " | ".join(f"{100 * acc['per_capability'].get(n, 0):.1f}%" for n in names) + " |")
+
+
+if __name__ == "__main__":
+    main()
