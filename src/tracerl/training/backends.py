@@ -36,11 +36,13 @@ class LocalBackend:
 class VLLMAdapterSync:
     """Hot-swaps a LoRA adapter on a vLLM server: POST /v1/unload_lora_adapter, then /v1/load_lora_adapter."""
 
-    def __init__(self, base_url: str, lora_name: str, *, client: httpx.Client | None = None, timeout: float = 120.0):
+    def __init__(self, base_url: str, lora_name: str, *, api_key: str | None = None,
+                 client: httpx.Client | None = None, timeout: float = 120.0):
         root = base_url.rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
         self.lora_name = lora_name
-        self.client = client or httpx.Client(timeout=timeout)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = client or httpx.Client(timeout=timeout, headers=headers)
         self.swaps = 0
 
     def swap(self, adapter_dir: str | Path) -> None:

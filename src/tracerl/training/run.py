@@ -119,17 +119,14 @@ def build_trainer(
 
 
 def _server_backend(config: TrainConfig, server_url: str, lora_name: str, tokenizer: Any) -> ServerBackend:
-    try:
-        from tracerl.models.openai_policy import OpenAIPolicy  # the OpenAI-compatible backend (models)
-    except ImportError as e:
-        raise InputError(f"rollouts from a server need the OpenAI-compatible policy backend: {e}") from None
+    from tracerl.training.remote import CompletionsPolicy
 
     def make_policy(greedy: bool, seed: int):
-        return OpenAIPolicy(base_url=server_url, model=lora_name, tokenizer=tokenizer,
-                            temperature=0.0 if greedy else config.temperature, seed=seed,
-                            max_tokens=config.max_new_tokens)
+        return CompletionsPolicy(server_url, lora_name, tokenizer, temperature=0.0 if greedy else config.temperature,
+                                 seed=seed, max_tokens=config.max_new_tokens, concurrency=config.rollout_batch_size,
+                                 api_key=os.environ.get("OPENAI_API_KEY"))
 
-    return ServerBackend(make_policy, VLLMAdapterSync(server_url, lora_name))
+    return ServerBackend(make_policy, VLLMAdapterSync(server_url, lora_name, api_key=os.environ.get("OPENAI_API_KEY")))
 
 
 def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any]]:

@@ -118,8 +118,13 @@ class GRPOTrainer:
             self.metrics = _read_rows(self.out / "metrics.jsonl")[: self.state.metrics_rows]
             if self.world.is_main:
                 self.backend.after_step(found / "adapter")
-        elif self.world.is_main:
-            write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
+        else:
+            if self.world.is_main:
+                write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
+                if self.backend.needs_adapter_files:  # the server samples with the initial adapter too
+                    ckpt.save_adapter(self.model, self.out)
+                    self.backend.after_step(self.out)
+            barrier(self.world)
         if self.state.step == 0 and not self.metrics and self.cfg.eval_episodes > 0:
             self._log({"step": 0, "rollouts_used": 0, "eval_success": self.evaluate()})
             self._checkpoint()
