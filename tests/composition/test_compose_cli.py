@@ -14,6 +14,7 @@ from tracerl.composition.accuracy import prompts_from_trajectories, routing_accu
 from tracerl.composition.artifact import load_composed
 from tracerl.composition.build import split_heldout
 from tracerl.composition.policy import ComposedPolicy
+from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl, write_jsonl
 from tracerl.core.messages import Message
 from tracerl.core.policy import Session
@@ -110,3 +111,33 @@ def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):
     assert "no adapter for ['beta']" in err and len(err.strip().splitlines()) == 1
     assert not (out / "composition.json").exists()
     assert main(["compose", "--adapters", str(adapters[0]), "--base", str(base_dir), "--out", str(out), "--mode", "mixture"]) == 2
+
+
+@pytest.mark.parametrize("mode", ["moe", "merge"])
+def test_serve_a_composed_model_over_the_openai_api(workspace, mode):
+    """`tracerl serve --model COMPOSED_DIR` builds this policy; the app serves it under its own name."""
+    from fastapi.testclient import TestClient
+
+    from tracerl.composition.policy import composed_server_policy
+    from tracerl.serve.app import create_app
+    from tracerl.serve.engine import Engine
+
+    root, base_dir, adapters, _ = workspace
+    out = root / f"served-{mode}"
+    assert compose_cli(root, base_dir, adapters, out, "--mode", mode, "--max-steps", "2", "--name", f"trace-{mode}") == 0
+    policy, name = composed_server_policy(str(out), "cpu", "raw_logprobs", None, [])
+    assert name == f"trace-{mode}"
+    engine = Engine(policy, max_batch_size=4)
+    try:
+        client = TestClient(create_app(engine, served_model_name=name))
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [name]
+        body = {"model": name, "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "cancel my reservation"}],
+                "max_tokens": 3, "temperature": 0, "n": 2}
+        reply = client.post("/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()["choices"]) == 2 and reply.json()["usage"]["completion_tokens"] >= 2
+        assert client.post("/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": str(adapters[0])}).status_code == 400
+    finally:
+        engine.close()
+    with pytest.raises(InputError, match="--lora cannot be combined"):
+        composed_server_policy(str(out), "cpu", "raw_logprobs", None, [("x", str(adapters[0]))])

@@ -79,6 +79,7 @@ class Composition:
         self.last_slots: list[torch.Tensor] = []  # per layer, the slots of the latest forward's tokens
         self.router: Any = None  # a TaskRouter (router/merge modes), set by the loader
         self.top_p: float = 0.9
+        self.spec: Any = None  # the CompositionSpec a loaded composition came from
         self._base_only = False
 
     # --- slots ------------------------------------------------------------------------------

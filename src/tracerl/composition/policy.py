@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracerl.composition.composed import composition_of
+from tracerl.core.errors import InputError
 from tracerl.core.policy import Session
 from tracerl.models.generation import GenerationRequest, generate
 from tracerl.models.local import LocalPolicy
@@ -30,7 +31,14 @@ class ComposedPolicy(LocalPolicy):
 
     @property
     def adapters(self) -> list[str]:
-        return [self.name]
+        """No adapters to pick by name: the composition routes (the model itself is served by name)."""
+        return []
+
+    def load_adapter(self, name: str, path: Any) -> None:
+        raise InputError("a composed model's adapters are fixed: compose again with `tracerl compose`")
+
+    def unload_adapter(self, name: str) -> None:
+        raise InputError("a composed model's adapters are fixed: compose again with `tracerl compose`")
 
     def _check_adapter(self, adapter: str | None) -> None:
         if adapter not in (None, self.name):
@@ -74,3 +82,16 @@ class ComposedPolicy(LocalPolicy):
             results += generate(self.model, chunk, pad_id=self.pad_id, logprobs_mode=self.logprobs_mode,
                                 forward_kwargs=self.composition.forward_kwargs)
         return results
+
+
+def composed_server_policy(path: str, device: str | None, logprobs_mode: str, served_model_name: str | None,
+                           adapters: list) -> tuple[ComposedPolicy, str]:
+    """`tracerl serve --model COMPOSED_DIR`: the policy for the server, and the name it is served under
+    (composition.json's `model_name` unless --served-model-name is given)."""
+    from tracerl.composition.artifact import load_composed
+
+    if adapters:
+        raise InputError("--lora cannot be combined with a composed model (its adapters are fixed)")
+    model = load_composed(path, device=device)
+    name = served_model_name or model.tracerl_composition.spec.model_name
+    return ComposedPolicy(model, logprobs_mode=logprobs_mode, name=name), name

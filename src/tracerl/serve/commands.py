@@ -41,8 +41,13 @@ def serve_command(
         if not (Path(path) / "adapter_config.json").exists():
             raise InputError(f"--lora {name}: not a PEFT adapter directory: {path}")
         adapters.append((name, path))
-    loaded, tokenizer = load_model(model, device=device)
-    policy = LocalPolicy(loaded, tokenizer, logprobs_mode=logprobs_mode)  # type: ignore[arg-type]
+    if (Path(model) / "composition.json").exists():  # a composed model from `tracerl compose`
+        from tracerl.composition.policy import composed_server_policy
+
+        policy, served_model_name = composed_server_policy(model, device, logprobs_mode, served_model_name, adapters)
+    else:
+        loaded, tokenizer = load_model(model, device=device)
+        policy = LocalPolicy(loaded, tokenizer, logprobs_mode=logprobs_mode)  # type: ignore[arg-type]
     for name, path in adapters:
         policy.load_adapter(name, path)
     key = api_key if api_key is not None else os.environ.get("TRACERL_API_KEY") or None
