@@ -12,8 +12,17 @@ KL, TRL's loss normalisations), `sequences` (token records → training tables, 
 checks), `commands` (`tracerl train`).
 """
 
-from tracerl.training.config import LoraSettings, TrainConfig, load_config
-from tracerl.training.run import build_trainer, resolve_env
-from tracerl.training.trainer import GRPOTrainer
+_EXPORTS = {
+    "GRPOTrainer": "tracerl.training.trainer", "LoraSettings": "tracerl.training.config",
+    "TrainConfig": "tracerl.training.config", "load_config": "tracerl.training.config",
+    "build_trainer": "tracerl.training.run", "resolve_env": "tracerl.training.run",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = ["GRPOTrainer", "LoraSettings", "TrainConfig", "build_trainer", "load_config", "resolve_env"]
+
+def __getattr__(name: str):  # lazy: `tracerl --help` need not import torch
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(name)
