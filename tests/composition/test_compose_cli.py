@@ -90,8 +90,13 @@ def test_compose_router_mode_and_composed_policy(workspace):
     spec = json.loads((out / "composition.json").read_text())
     assert spec["mode"] == "router" and spec["router"]["labels"] == ["A", "B", "C"] and spec["gate_parameters"] == 0
     assert not (out / "gates.safetensors").exists()
-    assert 0.0 <= spec["routing_accuracy"]["overall"] <= 1.0
+    # the label head was calibrated on the training requests (the random base alone routes them all alike)
+    assert spec["router"]["kind"] == "label-head" and (out / "router_head.safetensors").exists()
+    assert spec["router"]["fit"]["train_accuracy"] == 1.0 and spec["router"]["fit"]["requests"] == 12
+    assert spec["routing_accuracy"]["overall"] == 1.0
     model = load_composed(out)
+    _, heldout = split_heldout(read_jsonl(root / "rollouts.jsonl", Trajectory), 0.2, 0)
+    assert routing_accuracy(model.tracerl_composition, model.tracerl_tokenizer, prompts_from_trajectories(heldout)) == spec["routing_accuracy"]
     policy = ComposedPolicy(model, max_new_tokens=4, seed=0, name="composed-router")
     sessions = [Session(messages=[Message.system("s"), Message.user(t)], tools=[], adapter="composed-router") for t in ("cancel it", "order status")]
     assert len(policy.act(sessions)) == 2
@@ -101,6 +106,15 @@ def test_compose_router_mode_and_composed_policy(workspace):
     routing = dict(sessions[0].info["routing"])
     policy.act(sessions[:1])  # a later turn keeps the session's route
     assert sessions[0].info["routing"] == routing
+
+
+def test_compose_zero_shot_router(workspace):
+    root, base_dir, adapters, _ = workspace
+    out = root / "composed-zero-shot"
+    assert compose_cli(root, base_dir, adapters, out, "--mode", "merge", "--zero-shot") == 0
+    spec = json.loads((out / "composition.json").read_text())
+    assert spec["router"]["kind"] == "zero-shot" and spec["router"]["fit"] is None
+    assert not (out / "router_head.safetensors").exists()
 
 
 def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):

@@ -51,6 +51,19 @@ def test_router_alpha_is_the_renormalised_label_probability(setup):
     assert "A: alpha — cancels reservations" in prompt and "C: the general assistant" in prompt and requests[0] in prompt
 
 
+def test_fitted_label_head_starts_at_the_zero_shot_router_and_learns_the_labels(setup):
+    base, tokenizer, _ = setup
+    router = TaskRouter(base, tokenizer, CAPS)
+    requests = ["cancel my reservation please", "cancel reservation 12 now", "look up the order status", "look up order 9"]
+    zero_shot = router.label_logits(requests)
+    weight, bias = router.head()
+    assert torch.equal(weight, base.lm_head.weight[router.label_ids_by_slot]) and not bias.any()
+    summary = router.fit(requests, [1, 1, 2, 2], steps=100, learning_rate=0.05)
+    assert router.kind == "label-head" and summary["train_accuracy"] == 1.0
+    assert summary["train_accuracy_zero_shot"] == float((zero_shot.argmax(-1) == torch.tensor([1, 1, 2, 2])).float().mean())
+    assert router.alphas([conversation(r) for r in requests]).argmax(-1).tolist() == [1, 1, 2, 2]
+
+
 def test_top1_and_top_p_weights_by_hand():
     alpha = torch.tensor([[0.1, 0.6, 0.3], [0.5, 0.3, 0.2]])
     assert top1_weights(alpha).tolist() == [[0, 1, 0], [1, 0, 0]]

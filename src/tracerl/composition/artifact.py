@@ -4,6 +4,7 @@
       composition.json     mode, base and adapter references, capabilities with their slots,
                            router settings, gate-training summary, measured routing_accuracy
       gates.safetensors    moe mode: the per-layer gates (`gates.<layer>.weight|bias`)
+      router_head.safetensors  router/merge modes with a fitted label head (`weight`, `bias`)
 
 Base and adapters are referenced, not copied: paths are stored relative to the composed
 directory (so a workspace can move as a whole), hub ids as given. `composition.json` is written
@@ -28,6 +29,7 @@ from tracerl.core.io import describe_validation_error, read_json, write_json
 
 SPEC_FILE = "composition.json"
 GATES_FILE = "gates.safetensors"
+ROUTER_HEAD_FILE = "router_head.safetensors"
 FORMAT = "tracerl.composition/1"
 
 
@@ -52,6 +54,8 @@ class RouterSettings(BaseModel):
     labels: list[str]
     base_description: str = BASE_DESCRIPTION
     top_p: float = 0.9
+    kind: str = "zero-shot"  # or "label-head": the label head was fitted (router_head.safetensors)
+    fit: dict[str, Any] | None = None
 
 
 class CompositionSpec(BaseModel):
@@ -87,6 +91,7 @@ def resolve(ref: str, out: Path) -> str:
 
 def spec_for(composition: Composition, base: str, out: Path, **extra: Any) -> CompositionSpec:
     router = composition.router
+    router_fit = extra.pop("router_fit", None)
     return CompositionSpec(
         model_name=extra.pop("model_name", None) or Path(out).resolve().name,
         mode=composition.mode,
@@ -95,7 +100,8 @@ def spec_for(composition: Composition, base: str, out: Path, **extra: Any) -> Co
         capabilities=[CapabilitySlot(name=c.name, description=c.description, slot=i) for i, c in enumerate(composition.capabilities, 1)],
         slots=composition.slot_names,
         gate_parameters=composition.gate_parameter_count(),
-        router=RouterSettings(labels=router.labels, base_description=router.base_description, top_p=composition.top_p) if router else None,
+        router=RouterSettings(labels=router.labels, base_description=router.base_description, top_p=composition.top_p,
+                              kind=router.kind, fit=router_fit) if router else None,
         **extra,
     )
 
@@ -111,6 +117,13 @@ def save_composed(composition: Composition, spec: CompositionSpec, out: str | Pa
         os.replace(tmp, out / GATES_FILE)
     elif (out / GATES_FILE).exists():
         (out / GATES_FILE).unlink()
+    router = composition.router
+    if router is not None and router.head_weight is not None:
+        tmp = out / f".{ROUTER_HEAD_FILE}.tmp"
+        save_file({"weight": router.head_weight.cpu().contiguous(), "bias": router.head_bias.cpu().contiguous()}, str(tmp))
+        os.replace(tmp, out / ROUTER_HEAD_FILE)
+    elif (out / ROUTER_HEAD_FILE).exists():
+        (out / ROUTER_HEAD_FILE).unlink()
     write_json(out / SPEC_FILE, spec.model_dump(mode="json"))
 
 
@@ -167,6 +180,16 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
             template_kwargs=spec.template_kwargs,
         )
         composition.top_p = spec.router.top_p
+        if spec.router.kind == "label-head":
+            head_path = path / ROUTER_HEAD_FILE
+            if not head_path.is_file():
+                raise InputError(f"router kind label-head without {ROUTER_HEAD_FILE}", path=str(path))
+            head = load_file(str(head_path))
+            hidden = model.config.hidden_size
+            if set(head) != {"weight", "bias"} or tuple(head["weight"].shape) != (composition.num_slots, hidden):
+                raise InputError(f"the router head does not fit ({composition.num_slots} labels × hidden {hidden})", path=str(head_path))
+            device_ = next(model.parameters()).device
+            composition.router.head_weight, composition.router.head_bias = head["weight"].to(device_), head["bias"].to(device_)
     model.tracerl_tokenizer = tokenizer
     composition.spec = spec
     return model

@@ -5,7 +5,8 @@
 2. Split the labelled trajectories (each with `info["capability"]`) per capability into a
    training part and a held-out part (seeded).
 3. moe: train the gates on the training part's successful trajectories.
-   router / merge: set up the zero-shot task router.
+   router / merge: set up the task router and calibrate its label head on the training part's
+   first user turns (`router_fit`; off: the pure zero-shot router).
 4. Measure routing accuracy on the held-out prompts; write gates.safetensors and composition.json.
 """
 
@@ -22,7 +23,7 @@ from tracerl.composition.adapters import LoRAAdapter, load_adapter
 from tracerl.composition.artifact import CompositionSpec, load_base, save_composed, spec_for
 from tracerl.composition.composed import MODES, Capability, Composition, compose
 from tracerl.composition.examples import examples_from_trajectories
-from tracerl.composition.router import TaskRouter
+from tracerl.composition.router import TaskRouter, first_user_text
 from tracerl.composition.training import GateTrainingConfig, train_gates
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_json, read_jsonl
@@ -41,6 +42,8 @@ class ComposeOptions:
     model_name: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     successful_only: bool = True  # gate training on passed trajectories only (TRACE); False: all of them
+    router_fit: bool = True  # router/merge: calibrate the label head on the training trajectories' first user turns
+    router_fit_steps: int = 300
     seed: int = 0
 
 
@@ -120,10 +123,16 @@ def build_composition(
         composition.top_p = options.top_p
     train, heldout = split_heldout(trajectories, options.heldout_fraction, options.seed)
     gate_summary = _train(composition, tokenizer, train, options, on_gate_log) if options.mode == "moe" else None
+    router_fit = None
+    if options.mode != "moe" and options.router_fit and train:
+        slot_of = {c.name: i for i, c in enumerate(capabilities, start=1)}
+        with composition.base_only():
+            router_fit = composition.router.fit([first_user_text(t.messages) for t in train],
+                                                [slot_of[str(t.info["capability"])] for t in train], steps=options.router_fit_steps)
     accuracy = routing_accuracy(composition, tokenizer, prompts_from_trajectories(heldout)) if heldout else None
     spec = spec_for(
         composition, base, Path(out), model_name=options.model_name, gate_training=gate_summary,
-        routing_accuracy=accuracy, template_kwargs=options.template_kwargs,
+        routing_accuracy=accuracy, template_kwargs=options.template_kwargs, router_fit=router_fit,
     )
     save_composed(composition, spec, out)
     return spec

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         label_loss_coef: float = typer.Option(1.0, help="Weight of the label loss toward each trajectory's capability (moe)."),
         top_p: float = typer.Option(0.9, help="merge mode: labels kept until their probability reaches top_p."),
         labels: str = typer.Option(None, help="router/merge: comma-separated one-token labels, one per capability then base (default A,B,…)."),
+        zero_shot: bool = typer.Option(False, "--zero-shot", help="router/merge: keep the pure zero-shot router (do not calibrate its label head on --trajectories)."),
         name: str = typer.Option(None, help="Model name the composed model is served under (default: the --out folder's name)."),
         seed: int = typer.Option(0, help="Seed of the held-out split, gate init and gate training."),
         as_json: bool = typer.Option(False, "--json", help="Print composition.json to stdout."),
@@ -55,6 +56,7 @@ def register(app: typer.Typer) -> None:
         options = ComposeOptions(
             mode=mode, capabilities_file=capabilities, trajectories=list(trajectories or []), heldout_fraction=heldout_fraction,
             gate=gate, top_p=top_p, labels=labels.split(",") if labels else None, model_name=name, seed=seed,
+            router_fit=not zero_shot,
         )
         console = Console(stderr=True)
         with Progress(console=console, transient=True) as progress:

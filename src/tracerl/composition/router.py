@@ -9,6 +9,14 @@ answer. Renormalised over the labels they are the weights α (batch, N+1), slot 
 
 `top1_weights` / `top_p_weights` (in `composed`) turn α into routing weights; `route_names`
 turns α into one adapter name per request for servers that hold one LoRA per request (vLLM).
+
+The label logits are `h · E_labelᵀ`, h the final (normed) hidden state at the answer position
+and E_label the output-embedding rows of the label tokens. A small base model is no zero-shot
+classifier (the embedded 0.6M-parameter agent answers the same label for every request), so
+`fit` can calibrate the label head on labelled requests: E_label (N+1 × H) and a bias start
+from the zero-shot values — at step 0 the router *is* the zero-shot router — and train with
+cross-entropy on the first user turns of the capability environments' rollouts. Only those
+(N+1)(H+1) numbers change; the base model stays frozen.
 """
 
 from __future__ import annotations
@@ -70,6 +78,21 @@ class TaskRouter:
         if len(set(ids)) != len(ids):
             raise InputError(f"router labels {labels} do not map to distinct tokens")
         self.label_ids_by_slot = [ids[-1]] + ids[:-1]
+        self.head_weight: torch.Tensor | None = None  # (N+1, H) in slot order, once `fit`
+        self.head_bias: torch.Tensor | None = None
+
+    @property
+    def kind(self) -> str:
+        return "zero-shot" if self.head_weight is None else "label-head"
+
+    def head(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(weight (N+1, H), bias (N+1,)) of the label logits: the label tokens' output embeddings, or the fitted head."""
+        if self.head_weight is not None and self.head_bias is not None:
+            return self.head_weight, self.head_bias
+        output = self.model.get_output_embeddings()
+        weight = output.weight[self.label_ids_by_slot].detach().float()
+        bias = output.bias[self.label_ids_by_slot].detach().float() if getattr(output, "bias", None) is not None else torch.zeros(len(weight))
+        return weight, bias.to(weight.device)
 
     def messages(self, request: str) -> list[dict[str, str]]:
         """The classification conversation for one request (the answer follows the generation prompt)."""
@@ -87,20 +110,51 @@ class TaskRouter:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     @torch.no_grad()
+    def answer_states(self, requests: list[str], batch_size: int = 16) -> torch.Tensor:
+        """The final normed hidden state at the answer position of each request's prompt, (batch, H)."""
+        device = next(self.model.parameters()).device
+        states = []
+        for start in range(0, len(requests), batch_size):
+            prompts = [self.prompt_ids(r) for r in requests[start : start + batch_size]]
+            width = max(len(p) for p in prompts)
+            ids = torch.zeros((len(prompts), width), dtype=torch.long)
+            attention = torch.zeros_like(ids)
+            for row, p in enumerate(prompts):  # right padding: the causal prefix up to each prompt's end is unaffected
+                ids[row, : len(p)] = torch.tensor(p)
+                attention[row, : len(p)] = 1
+            hidden = self.model.model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).last_hidden_state
+            last = torch.tensor([len(p) - 1 for p in prompts], device=device)
+            states.append(hidden[torch.arange(len(prompts), device=device), last].float())
+        return torch.cat(states)
+
     def label_logits(self, requests: list[str]) -> torch.Tensor:
         """Next-token logits of the label tokens after each request's prompt, (batch, N+1) in slot order."""
-        prompts = [self.prompt_ids(r) for r in requests]
-        width = max(len(p) for p in prompts)
-        device = next(self.model.parameters()).device
-        ids = torch.zeros((len(prompts), width), dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        for row, p in enumerate(prompts):
-            ids[row, : len(p)] = torch.tensor(p)
-            attention[row, : len(p)] = 1
-        logits = self.model(input_ids=ids.to(device), attention_mask=attention.to(device), use_cache=False).logits
-        last = torch.tensor([len(p) - 1 for p in prompts], device=device)
-        at_answer = logits[torch.arange(len(prompts), device=device), last].float()
-        return at_answer[:, self.label_ids_by_slot]
+        weight, bias = self.head()
+        states = self.answer_states(requests)
+        return states @ weight.to(states.device).T + bias.to(states.device)
+
+    def fit(self, requests: list[str], slots: list[int], *, steps: int = 300, learning_rate: float = 1e-2) -> dict:
+        """Calibrate the label head on labelled requests (full-batch Adam from the zero-shot head); returns a summary."""
+        if not requests or len(requests) != len(slots):
+            raise InputError("the router needs labelled requests to fit its label head")
+        if steps < 1:
+            raise InputError(f"router fit steps must be ≥ 1, got {steps}")
+        states = self.answer_states(requests)
+        targets = torch.tensor(slots, device=states.device)
+        weight0, bias0 = self.head()
+        weight = weight0.clone().to(states.device).requires_grad_(True)
+        bias = bias0.clone().to(states.device).requires_grad_(True)
+        optimizer = torch.optim.Adam([weight, bias], lr=learning_rate)
+        before = float((states @ weight0.to(states.device).T + bias0.to(states.device)).argmax(-1).eq(targets).float().mean())
+        for _ in range(steps):
+            loss = torch.nn.functional.cross_entropy(states @ weight.T + bias, targets)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        self.head_weight, self.head_bias = weight.detach(), bias.detach()
+        after = float((states @ weight.detach().T + bias.detach()).argmax(-1).eq(targets).float().mean())
+        return {"requests": len(requests), "steps": steps, "learning_rate": learning_rate, "loss": float(loss),
+                "train_accuracy_zero_shot": before, "train_accuracy": after}
 
     def alphas(self, conversations: list[list[Any]]) -> torch.Tensor:
         """α (batch, N+1): the label probabilities renormalised over the labels; slot 0 = base."""
