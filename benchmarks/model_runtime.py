@@ -1,0 +1,128 @@
+"""Model runtime benchmarks: batched vs one-at-a-time sampling, server latency, memory peak.
+
+    python benchmarks/model_runtime.py [--model tiny-agent] [--rollouts 16] [--clients 16]
+
+Each part runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own.
+1. sampling: 16 full airline episodes (test split, temperature 1.0, one task) played in one
+   batch of 16 vs one episode at a time; generated tokens per second and the speed-up.
+2. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
+   opening of an airline episode, tools included) from 1 client, then from 16 concurrent
+   clients (4 requests each); latency p50/p95 and requests/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def sampling(model_name: str, n: int, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    from tracerl.envs.registry import make_env
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.local import LocalPolicy, load_model
+
+    model, tokenizer = load_model(model_name, device="cpu")
+    after_load = peak_mb()
+    seed = 1_000_003
+    out = {}
+    for label, batch in (("batched", n), ("one_at_a_time", 1)):
+        policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0)
+        start = time.perf_counter()
+        trajs = rollout(lambda: make_env("airline", split="test"), policy, [Episode(seed=seed)] * n, batch_size=batch)
+        seconds = time.perf_counter() - start
+        generated = sum(sum(t.tokens.mask) for t in trajs)
+        out[label] = {"seconds": round(seconds, 2), "generated_tokens": generated,
+                      "tokens_per_second": round(generated / seconds, 1),
+                      "turns": sum(t.num_turns for t in trajs), "passed": sum(t.passed for t in trajs)}
+    out["speedup"] = round(out["batched"]["tokens_per_second"] / out["one_at_a_time"]["tokens_per_second"], 2)
+    out["peak_rss_mb"] = round(peak_mb(), 1)
+    out["rss_after_load_mb"] = round(after_load, 1)
+    return out
+
+
+def server(model_name: str, clients: int, per_client: int, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    from openai import OpenAI
+
+    from tracerl.envs.registry import make_env
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+
+    model, tokenizer = load_model(model_name, device="cpu")
+    env = make_env("airline", split="test")
+    messages, _ = env.reset(seed=1_000_003)
+    payload = {"messages": [m.to_openai() for m in messages], "tools": [t.to_openai() for t in env.tools]}
+    out = {}
+    with ServerThread(LocalPolicy(model, tokenizer), served_model_name="tiny", max_batch_size=16) as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="x", max_retries=0, timeout=600)
+
+        def ask(latencies: list[float], k: int) -> None:
+            for j in range(per_client):
+                t0 = time.perf_counter()
+                client.chat.completions.create(model="tiny", max_tokens=48, temperature=1.0, seed=k * 100 + j, **payload)
+                latencies.append(time.perf_counter() - t0)
+
+        for label, n_clients in (("1_client", 1), (f"{clients}_clients", clients)):
+            latencies: list[float] = []
+            workers = [threading.Thread(target=ask, args=(latencies, k)) for k in range(n_clients)]
+            start = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            seconds = time.perf_counter() - start
+            latencies.sort()
+            out[label] = {"requests": len(latencies), "seconds": round(seconds, 2),
+                          "requests_per_second": round(len(latencies) / seconds, 2),
+                          "latency_p50_s": round(statistics.median(latencies), 3),
+                          "latency_p95_s": round(latencies[int(0.95 * (len(latencies) - 1))], 3)}
+        out["batches_run"] = srv.engine.batches_run
+        out["rows_per_batch"] = round(srv.engine.rows_run / max(1, srv.engine.batches_run), 2)
+    out["peak_rss_mb"] = round(peak_mb(), 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="tiny-agent")
+    parser.add_argument("--rollouts", type=int, default=16)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--per-client", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--part", choices=["sampling", "server"])
+    args = parser.parse_args()
+    if args.part == "sampling":
+        print(json.dumps(sampling(args.model, args.rollouts, args.threads)))
+        return
+    if args.part == "server":
+        print(json.dumps(server(args.model, args.clients, args.per_client, args.threads)))
+        return
+    results = {}
+    for part in ("sampling", "server"):
+        cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--rollouts", str(args.rollouts),
+               "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        results[part] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(part, json.dumps(results[part], indent=2), flush=True)
+    with open("/proc/loadavg") as f:
+        results["load_average"] = f.read().split()[:3]
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""build-agent pieces: demonstrations as exact token records, the shared-prefix loss, a tiny end-to-end build."""
+
+import json
+
+import pytest
+import torch
+
+from tracerl.cli import main
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, common_prefix_length,
+                                        length_grouped_batches, sft_example, shared_prefix_loss)
+from tracerl.models.chat import ChatFormat
+from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
+
+
+@pytest.fixture(scope="module")
+def demos():
+    return collect_demonstrations(AgentRecipe(policy="flawed:0.5,0.5,0.5,0.5"), range(6))
+
+
+def test_demonstrations_are_templated_exactly_with_loss_on_assistant_turns(demos, tokenizer):
+    chat = ChatFormat(tokenizer)
+    for t in demos:
+        ids, mask = sft_example(chat, t)
+        last = max(i for i, m in enumerate(t.messages) if m.role == "assistant")
+        fresh = chat.encode(chat.render(t.messages[: last + 1], t.tools, add_generation_prompt=False))
+        assert ids == fresh[:-1]  # all but the "\n" the template puts after the final <|im_end|>
+        trained = chat.decode([i for i, m in zip(ids, mask) if m])
+        assert trained.count("<|im_end|>") == t.num_turns
+        for m in t.messages:
+            if m.role == "assistant" and m.content:
+                assert m.content in trained
+            if m.role in ("user", "tool"):
+                assert m.content not in trained
+
+
+def test_shared_prefix_loss_equals_the_plain_loss():
+    model = tiny_qwen3(tiny_qwen3_config(100, hidden_size=32))
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(1, 100, (20,), generator=g).tolist()
+    batch = []
+    for n in (5, 9, 3):
+        ids = prefix + torch.randint(1, 100, (n,), generator=g).tolist()
+        batch.append((ids, [0] * 21 + [1] * (n - 1)))
+    assert common_prefix_length([b[0] for b in batch]) == 20
+    shared, n_tokens = shared_prefix_loss(model, batch, 20, pad_id=0)
+    ids, labels, attention = _collate(batch, 0)
+    plain = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    assert shared.item() == pytest.approx(plain.item(), abs=1e-6)
+    assert n_tokens == 20 + 5 + 9 + 3
+    shared.backward()
+    grad_shared = model.model.embed_tokens.weight.grad.clone()
+    model.zero_grad()
+    plain.backward()
+    assert torch.allclose(grad_shared, model.model.embed_tokens.weight.grad, atol=1e-6)
+
+
+def test_length_grouped_batches_cover_every_example_once():
+    import random
+
+    batches = length_grouped_batches(list(range(50)), 4, random.Random(0))
+    assert sorted(i for b in batches for i in b) == list(range(50))
+    assert all(len(b) <= 4 for b in batches)
+
+
+@pytest.mark.slow
+def test_a_tiny_build_end_to_end(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    recipe = AgentRecipe(episodes=8, max_steps=2, batch_size=4, hidden_size=32, num_hidden_layers=1, vocab_size=400,
+                         eval_tasks=1, test_tasks=1, max_new_tokens=4, num_threads=1, warmup_steps=1)
+    report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
+    saved = json.loads((tmp_path / "agent" / "build.json").read_text())
+    assert saved == report
+    assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
+    assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
+    assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
+
+
+def test_build_agent_bad_input_exits_2(capsys):
+    assert main(["build-agent", "--policy", "oracle"]) == 2
+    assert "flawed reference policy" in capsys.readouterr().err
+    assert main(["build-agent", "--steps", "0"]) == 2
