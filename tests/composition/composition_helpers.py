@@ -28,7 +28,7 @@ def tiny_model(seed: int = 0, **kwargs) -> Qwen3ForCausalLM:
 
 
 def make_adapter(base: Qwen3ForCausalLM, out: Path, *, seed: int, r: int = 4, alpha: float = 8.0,
-                 targets: list[str] | None = None, base_name: str | None = None, **lora_kwargs) -> Path:
+                 targets: list[str] | None = None, base_name: str | None = None, scale: float = 0.3, **lora_kwargs) -> Path:
     """Save a PEFT LoRA adapter of a copy of `base` with random non-zero A and B to `out`."""
     model = copy.deepcopy(base)
     config = LoraConfig(r=r, lora_alpha=alpha, target_modules=targets or ALL_PROJ, lora_dropout=0.0, **lora_kwargs)
@@ -37,7 +37,7 @@ def make_adapter(base: Qwen3ForCausalLM, out: Path, *, seed: int, r: int = 4, al
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_" in name:
-                p.copy_(torch.randn(p.shape, generator=generator) * 0.3)
+                p.copy_(torch.randn(p.shape, generator=generator) * scale)
     peft_model.save_pretrained(str(out))
     if base_name is not None:  # as if trained on that base (set after saving: PEFT would look the name up)
         config_path = out / "adapter_config.json"

@@ -7,8 +7,8 @@ the KV cache — because the composition only swaps each adapted `nn.Linear` for
 `GatedLoRALinear` and adds a forward pre-hook to every decoder layer that sets the slot weights
 of that layer's tokens:
 
-- `moe`: a gate `Linear(hidden, N+1)` per decoder layer reads the layer's input hidden state and
-  picks one slot per token (top-1; slot 0 = no adapter). While the gates train, the chosen
+- `moe`: a gate `Linear(hidden, N+1)` per decoder layer reads the layer's input hidden state
+  (RMS-normalised, no parameters: `rms_normalised`) and picks one slot per token (top-1; slot 0 = no adapter). While the gates train, the chosen
   expert's output is multiplied by its gate probability (Switch Transformer), so gradients reach
   the gate; in eval mode the choice is hard (weight 1).
 - `router` / `merge`: task-level routing; `task_weights` (batch, N+1) applies to every token of a
@@ -110,7 +110,7 @@ class Composition:
     def _gate_weights(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
         assert self.gates is not None
         gate = self.gates[index]
-        logits = gate(hidden.to(gate.weight.dtype))
+        logits = gate(rms_normalised(hidden.to(gate.weight.dtype)))
         if self.record is not None:
             self.record.append(logits)
         if self.force_slots is None:
@@ -215,6 +215,12 @@ class Composition:
 
     def gate_parameter_count(self) -> int:
         return sum(p.numel() for p in self.trainable_parameters())
+
+
+def rms_normalised(hidden: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """h / RMS(h) per token, without parameters: the gates see the residual stream at unit scale,
+    whatever a model's residual norms (0.3 in the embedded agent, hundreds in large models)."""
+    return hidden * torch.rsqrt(hidden.pow(2).mean(dim=-1, keepdim=True) + eps)
 
 
 def first_user_turn_of_text(text: str) -> str | None:
