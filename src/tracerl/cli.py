@@ -33,6 +33,7 @@ _COMMAND_MODULES = (
     "tracerl.evaluation.report_commands",  # report
     "tracerl.models.commands",  # build-agent
     "tracerl.serve.commands",  # serve
+    "tracerl.pipeline_commands",  # run, demo, eval
 )
 _registered = False
 

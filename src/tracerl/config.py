@@ -1,0 +1,136 @@
+"""The run configuration: every setting of `tracerl run`, named, defaulted and documented in one place.
+
+A config file is YAML with any subset of these sections; what is left out takes the default.
+Defaults are the embedded default (built-in airline target, the shipped tiny agent, rules labeller,
+template environments, local rollouts) except where a section says it follows the paper's
+GPU-scale setting. The resolved config is saved as `config.yaml` in the workspace.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracerl.composition.training import GateTrainingConfig
+from tracerl.core.config_file import load_config_file
+from tracerl.core.errors import InputError
+from tracerl.synthesis.calibration import CalibrationBands
+from tracerl.training.config import TrainConfig
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSection(Section):
+    base: str = Field("tiny-agent", description="the base agent: 'tiny-agent' (the shipped embedded agent), a local "
+                      "directory or a Hugging Face model id loadable by AutoModelForCausalLM.from_pretrained")
+    server_url: str | None = Field(None, description="an OpenAI-compatible server (vLLM, `tracerl serve`) for "
+                                   "GRPO rollouts, with runtime LoRA loading; None = roll out in-process")
+    max_new_tokens: int = Field(256, ge=1, description="tokens per assistant turn")
+    batch_size: int = Field(64, ge=1, description="episodes played in lockstep")
+
+
+class TargetSection(Section):
+    env: str = Field("airline", description="the target environment: a registered name ('airline')")
+    results: str | None = Field(None, description="select from these rollouts instead of collecting: a τ²-bench "
+                                "results JSON or tracerl JSONL (the later stages then need `tools`)")
+    tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
+
+
+class CollectSection(Section):
+    tasks: int = Field(200, ge=1, description="base-agent rollouts on the target's train split")
+    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+
+
+class AnalysisSection(Section):
+    """The OpenAI-compatible analysis model (LLM labeller, discovery, LLM-written environments)."""
+
+    base_url: str | None = Field(None, description="default: $OPENAI_BASE_URL")
+    model: str | None = Field(None, description="default: $TRACERL_LLM_MODEL or $OPENAI_MODEL")
+    api_key_env: str = Field("OPENAI_API_KEY", description="the environment variable holding the key")
+
+
+class SelectSection(Section):
+    labeler: Literal["rules", "llm"] = "rules"
+    runs: int = Field(10, ge=1, description="N labelling runs")
+    min_runs: int | None = Field(None, ge=1, description="K: runs a capability must pass; None = round(0.8·N)")
+    rho: float = Field(0.10, ge=0, le=1, description="coverage threshold ρ")
+    delta: float = Field(0.20, ge=-1, le=1, description="contrastive-gap threshold δ")
+    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples for the Cov and Δ intervals")
+    capabilities: str | None = Field(None, description="a YAML/JSON file of extra capabilities")
+    discover: bool = Field(False, description="ask the analysis model to propose capabilities")
+    max_selected: int | None = Field(None, ge=1, description="keep at most this many (by mean Δ)")
+
+
+class SynthesizeSection(Section):
+    generator: Literal["template", "llm"] = "template"
+    difficulty: int = Field(1, ge=0, description="the starting difficulty of every environment")
+    calibrate: bool = True
+    calibration_seeds: int = Field(100, ge=1, description="task instances per calibration round")
+    group_size: int = Field(16, ge=1, description="samples per instance")
+    temperature: float = Field(0.7, gt=0)
+    max_rounds: int = Field(5, ge=1, description="difficulty adjustments before giving up")
+    bands: CalibrationBands = Field(default_factory=CalibrationBands)
+
+
+class ComposeSection(Section):
+    modes: list[Literal["moe", "router", "merge"]] = Field(default_factory=lambda: ["moe", "router"],
+                                                           description="compositions to build and evaluate")
+    episodes_per_capability: int = Field(32, ge=1, description="adapter rollouts per capability environment "
+                                         "whose successes train the gates (counted in TRACE's rollout budget)")
+    heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
+    top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
+    gate: GateTrainingConfig = Field(default_factory=GateTrainingConfig)
+
+
+class BaselinesSection(Section):
+    grpo_target: bool = Field(True, description="GRPO on the target's train split with TRACE's rollout budget")
+    prompt_capabilities: bool = Field(True, description="the base model with the capability descriptions in its prompt")
+    single_adapters: bool = Field(True, description="evaluate each capability adapter alone")
+
+
+class EvalSection(Section):
+    tasks: int = Field(200, ge=1, description="held-out test tasks")
+    trials: int = Field(1, ge=1, description="trials per task (pass^k for k ≤ trials); trials > 1 sample at temperature")
+    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    bootstrap: int = Field(2000, ge=100, description="resamples for the 95% intervals")
+
+
+class RunConfig(Section):
+    seed: int = 0
+    model: ModelSection = Field(default_factory=ModelSection)
+    target: TargetSection = Field(default_factory=TargetSection)
+    collect: CollectSection = Field(default_factory=CollectSection)
+    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
+    select: SelectSection = Field(default_factory=SelectSection)
+    synthesize: SynthesizeSection = Field(default_factory=SynthesizeSection)
+    train: TrainConfig = Field(default_factory=TrainConfig, description="GRPO + LoRA, TRL/PEFT names")
+    compose: ComposeSection = Field(default_factory=ComposeSection)
+    baselines: BaselinesSection = Field(default_factory=BaselinesSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+
+DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
+
+
+def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read a run config; relative file paths in it are relative to the config file's folder."""
+    config = load_config_file(RunConfig, path, overrides)
+    here = Path(path).resolve().parent
+
+    def resolve(value: str | None) -> str | None:
+        return None if value is None or Path(value).is_absolute() else str((here / value).resolve())
+
+    config.target.results = resolve(config.target.results)
+    config.target.tools = resolve(config.target.tools)
+    config.select.capabilities = resolve(config.select.capabilities)
+    if config.target.results is not None and not Path(config.target.results).exists():
+        raise InputError(f"target.results: no such file {config.target.results}", path=str(path))
+    return config

@@ -1,0 +1,90 @@
+"""`tracerl eval`: a variant's pass rate on the target's held-out tasks, with intervals and a breakdown.
+
+One variant = one policy (and adapter) played greedily on the first `tasks` test seeds, `trials`
+times each. The result file holds pass^1 with a 95% bootstrap interval over tasks, pass^k for
+k ≤ trials, the paired difference against the base model when its result is given, the rollouts
+the variant consumed in training, and which capabilities the rules labeller still finds LACKING
+in the failures.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tracerl.core.messages import Message
+from tracerl.core.policy import Policy, Session
+from tracerl.core.trajectory import Trajectory
+from tracerl.envs.base import Env
+from tracerl.envs.runner import Episode, rollout
+from tracerl.evaluation.stats import bootstrap_mean, paired_difference, pass_hat_k, per_task_pass_rate, successes_by_task
+
+
+def play(make_env: Callable[[], Env], policy: Policy, seeds: Sequence[int], *, trials: int = 1,
+         adapter: str | None = None, batch_size: int = 64,
+         on_done: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    episodes = [Episode(seed=s, adapter=adapter) for s in seeds for _ in range(trials)]
+    return rollout(make_env, policy, episodes, batch_size=batch_size, on_done=on_done)
+
+
+def failures_by_capability(trajectories: Sequence[Trajectory], capabilities: Sequence[str]) -> dict[str, int]:
+    """How many failed trajectories the rules labeller marks LACKING for each capability."""
+    from tracerl.selection.catalogue import builtin_capabilities
+    from tracerl.selection.rules import RulesLabeller
+
+    known = {c.name: c for c in builtin_capabilities()}
+    caps = [known[name] for name in capabilities if name in known]
+    failed = [t for t in trajectories if not t.passed]
+    counts: Counter[str] = Counter({c.name: 0 for c in caps})
+    if failed and caps:
+        for labels in RulesLabeller().label(failed, caps, 0):
+            for name, label in labels.items():
+                counts[name] += int(label.label == "LACKING")
+    return dict(counts)
+
+
+def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollouts_used: int,
+                      capabilities: Sequence[str], base: dict[str, Any] | None = None,
+                      bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The `eval/<variant>.json` document."""
+    per_task = per_task_pass_rate(trajectories)
+    counts = list(successes_by_task(trajectories).values())
+    trials = min(n for n, _ in counts) if counts else 0
+    ks = [k for k in (1, 2, 4, 8, 16) if k <= trials]
+    return {
+        "variant": variant,
+        "pass1": bootstrap_mean(list(per_task.values()), seed=seed, resamples=bootstrap).model_dump(),
+        "pass_k": {str(k): pass_hat_k(counts, k) for k in ks},
+        "diff_vs_base": None if base is None or variant == "base" else
+        paired_difference(per_task, base["per_task"], seed=seed, resamples=bootstrap).model_dump(),
+        "rollouts_used": int(rollouts_used),
+        "n_tasks": len(per_task),
+        "trials": trials,
+        "mean_reward": sum(t.reward for t in trajectories) / max(1, len(trajectories)),
+        "failures_by_capability": failures_by_capability(trajectories, capabilities),
+        "per_task": per_task,
+    }
+
+
+class WithSystemNote:
+    """A policy whose system prompt carries an extra note (the 'prompting with capability
+    descriptions' baseline). The note is added before the model first sees the conversation, so the
+    trajectory records exactly the prompt the model was given."""
+
+    def __init__(self, inner: Policy, note: str):
+        self.inner = inner
+        self.note = note
+        self.name = f"{inner.name}+note"
+
+    def act(self, sessions: list[Session]) -> list[Message]:
+        for s in sessions:
+            if not s.info.get("_system_note") and s.messages and s.messages[0].role == "system":
+                s.messages[0] = s.messages[0].model_copy(update={"content": f"{s.messages[0].content}\n\n{self.note}"})
+                s.info["_system_note"] = True
+        return self.inner.act(sessions)
+
+
+def capability_note(capabilities: Sequence[dict[str, Any]]) -> str:
+    lines = ["Take special care with:"] + [f"- {c['description']}" for c in capabilities]
+    return "\n".join(lines)

@@ -1,0 +1,98 @@
+"""`tracerl run`, `tracerl demo` and `tracerl eval`: the pipeline from the command line."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tracerl.core.errors import InputError
+
+console = Console(stderr=True)
+
+
+def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[str] | None, as_json: bool) -> None:
+    from tracerl.config import load_run_config
+    from tracerl.pipeline import Pipeline
+
+    config = load_run_config(config_path)
+    if workspace is None:
+        raise InputError("give --workspace DIR (the run's folder)")
+    pipeline = Pipeline(config, workspace, console=console)
+    start = time.time()
+
+    def on_stage(name: str, ran: bool, summary: dict) -> None:
+        console.print(f"[bold]{name}[/] {'done' if ran else 'up to date (skipped)'}", highlight=False)
+
+    pipeline.run(force=set(force), only=only, on_stage=on_stage)
+    table = Table(title=f"tracerl run — {workspace} ({time.time() - start:.0f} s)")
+    table.add_column("stage")
+    table.add_column("ran")
+    table.add_column("summary", overflow="fold")
+    for row in pipeline.log:
+        table.add_row(row["stage"], "yes" if row["ran"] else "cached", _brief(row["summary"]))
+    report = Path(workspace) / "report" / "index.html"
+    if as_json:
+        typer.echo(json.dumps({"workspace": str(workspace), "stages": pipeline.log,
+                               "report": str(report) if report.exists() else None}, indent=2, default=str))
+    else:
+        Console().print(table)
+    if report.exists():
+        console.print(f"report: {report.resolve()}", highlight=False, soft_wrap=True)
+
+
+def _brief(summary: dict) -> str:
+    parts = []
+    for key, value in summary.items():
+        if isinstance(value, float):
+            value = f"{value:.3f}"
+        elif isinstance(value, (list, dict)):
+            value = json.dumps(value, default=str)
+            value = value if len(value) <= 80 else value[:77] + "…"
+        parts.append(f"{key}={value}")
+    return "  ".join(parts)
+
+
+def run(
+    config: Path = typer.Argument(..., help="Run config (YAML); see configs/ and `tracerl.config`."),
+    workspace: Path = typer.Option(..., "--workspace", "-w", help="The run's folder (created; reused to resume)."),
+    force: list[str] = typer.Option([], "--force", help="Redo this stage (collect, select, synthesize, train, "
+                                    "compose, grpo_target, eval, report, or one like train:CAPABILITY). Repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
+) -> None:
+    """Run TRACE end to end: collect → select → synthesize → train → compose → eval → report (resumable)."""
+    _run(config, workspace, force, None, as_json)
+
+
+def demo(
+    workspace: Path = typer.Option(Path("tracerl-demo"), "--workspace", "-w", help="The run's folder."),
+    force: list[str] = typer.Option([], "--force", help="Redo this stage (see `tracerl run --help`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
+) -> None:
+    """`tracerl run` on the embedded default: built-in airline target, the shipped tiny agent, CPU only."""
+    from tracerl.config import DEMO_CONFIG
+
+    _run(DEMO_CONFIG, workspace, force, None, as_json)
+
+
+def evaluate(
+    workspace: Path = typer.Option(..., "--workspace", "-w", help="A workspace whose training stages are done."),
+    force: bool = typer.Option(False, "--force", help="Re-evaluate every variant."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
+) -> None:
+    """Evaluate every variant of a run on the held-out test tasks, then rebuild the report."""
+    config = workspace / "config.yaml"
+    if not config.exists():
+        raise InputError("not a tracerl workspace (no config.yaml)", path=str(workspace))
+    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("demo")(demo)
+    app.command("eval")(evaluate)
