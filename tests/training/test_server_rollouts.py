@@ -26,7 +26,7 @@ def test_server_rollouts_with_hot_swapped_adapter(tmp_path):
         trainer = build_trainer(cfg, base, LetterEnv, tmp_path / "out", server_url=server.base_url,
                                 served_model="letters")
         rows = trainer.train()
-        assert trainer.backend.sync.swaps == 1 + 2  # the initial adapter, then after each step
+        assert trainer.backend.swaps == 1 + 2  # the initial adapter, then after each step
         on_server = get_peft_model_state_dict(served.model, adapter_name="letters")
     trained = [r for r in rows if r.get("loss") is not None]
     assert trained, "no informative group"

@@ -15,7 +15,7 @@ import torch
 
 from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
-from tracerl.training.backends import LocalBackend, ServerBackend, VLLMAdapterSync
+from tracerl.training.backends import LocalBackend, ServerBackend
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World
 from tracerl.training.trainer import GRPOTrainer
@@ -109,24 +109,14 @@ def build_trainer(
             return LocalPolicy(peft_model, tokenizer, temperature=0.0 if greedy else config.temperature, seed=seed,
                                max_new_tokens=config.max_new_tokens, logprobs_mode="processed_logprobs",
                                max_batch_size=config.rollout_batch_size)
-        backend = LocalBackend(make_policy)
+        backend: LocalBackend | ServerBackend = LocalBackend(make_policy, adapter=ADAPTER_NAME)
     else:
-        backend = _server_backend(config, server_url, served_model or ADAPTER_NAME, tokenizer)
+        backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.temperature,
+                                max_new_tokens=config.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
+                                max_concurrency=config.rollout_batch_size)
     run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
                 "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
-    return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, adapter_name=ADAPTER_NAME,
-                       pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)
-
-
-def _server_backend(config: TrainConfig, server_url: str, lora_name: str, tokenizer: Any) -> ServerBackend:
-    from tracerl.training.remote import CompletionsPolicy
-
-    def make_policy(greedy: bool, seed: int):
-        return CompletionsPolicy(server_url, lora_name, tokenizer, temperature=0.0 if greedy else config.temperature,
-                                 seed=seed, max_tokens=config.max_new_tokens, concurrency=config.rollout_batch_size,
-                                 api_key=os.environ.get("OPENAI_API_KEY"))
-
-    return ServerBackend(make_policy, VLLMAdapterSync(server_url, lora_name, api_key=os.environ.get("OPENAI_API_KEY")))
+    return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)
 
 
 def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any]]:

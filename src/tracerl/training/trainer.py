@@ -45,6 +45,7 @@ from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, tra
 class RolloutBackend(Protocol):
     """Where rollouts come from: the training model itself, or a server that hot-swaps the adapter."""
 
+    adapter: str  # the adapter name the sessions sample with
     needs_adapter_files: bool  # True: save the adapter after every step and call after_step with its folder
 
     def policy(self, *, greedy: bool, seed: int) -> Policy:
@@ -69,7 +70,7 @@ class StepSample:
 
 
 class GRPOTrainer:
-    """Trains the adapter `adapter_name` of a PEFT `model` on the environment built by `make_env`."""
+    """Trains the (active, trainable) LoRA adapter of a PEFT `model` on the environment built by `make_env`."""
 
     def __init__(
         self,
@@ -80,7 +81,6 @@ class GRPOTrainer:
         render_prompt: RenderPrompt,
         out: str | Path,
         *,
-        adapter_name: str = "default",
         pad_id: int = 0,
         world: World = World(),
         run_info: dict[str, Any] | None = None,
@@ -92,7 +92,6 @@ class GRPOTrainer:
         self.backend = backend
         self.render_prompt = render_prompt
         self.out = Path(out)
-        self.adapter_name = adapter_name
         self.pad_id = pad_id
         self.world = world
         self.run_info = run_info or {}
@@ -217,7 +216,8 @@ class GRPOTrainer:
         seeds = [rng.randrange(cfg.train_seeds) for _ in range(cfg.groups_per_step)]
         mine = self.world.shard(list(range(cfg.groups_per_step)))
         episodes = [
-            Episode(seed=seeds[g], options={"hint": True} if i < cfg.hinted_per_group else {}, adapter=self.adapter_name)
+            Episode(seed=seeds[g], options={"hint": True} if i < cfg.hinted_per_group else {},
+                    adapter=self.backend.adapter)
             for g in mine for i in range(cfg.num_generations)
         ]
         policy_seed = derive_seed(cfg.seed, step, round_, "sample", self.world.rank)
@@ -321,7 +321,8 @@ class GRPOTrainer:
         seeds = self.world.shard([cfg.eval_seed_start + i for i in range(cfg.eval_episodes)])
         self.model.eval()
         trajs = rollout(self.make_env, self.backend.policy(greedy=True, seed=cfg.seed),
-                        [Episode(seed=s, adapter=self.adapter_name) for s in seeds], batch_size=cfg.rollout_batch_size)
+                        [Episode(seed=s, adapter=self.backend.adapter) for s in seeds],
+                        batch_size=cfg.rollout_batch_size)
         passed = sum(sum(t.passed for t in part) for part in all_gather(self.world, trajs))
         return passed / max(cfg.eval_episodes, 1)
 
