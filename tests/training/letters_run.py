@@ -29,7 +29,7 @@ def config(steps: int) -> TrainConfig:
 def check_ddp(base: str, out: Path) -> None:
     """Sharded, all-reduced update == single-process update on the same batch; ranks stay identical."""
     world = init_world()
-    cfg = config(1)
+    cfg = config(1).model_copy(update={"num_iterations": 1})
     trainer = build_trainer(cfg, base, LetterEnv, out / "ddp", world=world)
     sample = trainer.sample_step(1)  # the same groups on every rank (all-gathered)
     from tracerl.training.advantages import group_advantages, informative_groups
@@ -45,9 +45,15 @@ def check_ddp(base: str, out: Path) -> None:
 
     single.update(copy.deepcopy(seqs))
     trainer.update(seqs)
+    # the all-reduced gradient equals the whole-batch gradient (up to float summation order) …
+    grad = torch.cat([p.grad.flatten() for p in trainer.params])
+    ref_grad = torch.cat([p.grad.flatten() for p in single.params])
+    assert ref_grad.abs().sum() > 0
+    assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-8), (grad - ref_grad).abs().max().item()
+    # … and so is the AdamW step (Adam magnifies float noise on near-zero gradients: tolerance ≪ lr)
     mine = torch.cat([p.detach().flatten() for p in trainer.params])
     ref = torch.cat([p.detach().flatten() for p in single.params])
-    assert torch.allclose(mine, ref, atol=1e-6), (mine - ref).abs().max().item()
+    assert torch.allclose(mine, ref, atol=1e-2 * cfg.learning_rate), (mine - ref).abs().max().item()
     everyone = all_gather(world, mine)
     assert all(torch.equal(everyone[0], x) for x in everyone), "ranks diverged"
     # and the full loop runs under torchrun

@@ -115,3 +115,37 @@ def test_token_logprobs_alignment_and_padding(tiny_model):
     assert padded[0].tolist() == pytest.approx(logp[0].tolist(), abs=1e-5)
     assert padded[1, :3].tolist() == pytest.approx(logp[0, :3].tolist(), abs=1e-5)
     assert batch.loss_mask[1].tolist() == [1, 1, 1, 0, 0, 0]
+
+
+def test_shared_prefix_gives_the_same_logprobs_and_gradients(tiny_model):
+    from peft import LoraConfig, get_peft_model
+
+    from tracerl.training.loss import shared_prefix_length
+
+    torch.manual_seed(1)
+    model = get_peft_model(tiny_model, LoraConfig(r=4, target_modules=["q_proj", "v_proj", "down_proj"]))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)  # a non-zero adapter, so LoRA gradients flow everywhere
+    prompt = torch.randint(0, 60, (7,)).tolist()
+    seqs = [TrainSequence(prompt + torch.randint(0, 60, (k,)).tolist(), [0.0] * (7 + k), [0] * 7 + [1] * k, a)
+            for k, a in ((5, 1.0), (3, -1.0), (6, 0.5))]
+    batch = collate(seqs)
+    p = shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
+    assert p == 7
+
+    def run(prefix_len):
+        model.zero_grad()
+        logp, ent = token_logprobs(model, batch.ids, batch.attention_mask, 0.9, prefix_len=prefix_len)
+        loss, _ = policy_loss(logp, logp.detach() - 0.1, batch.advantages, batch.loss_mask, BatchCounts(3, 14))
+        loss.backward()
+        grads = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
+        return logp * batch.loss_mask, ent * batch.loss_mask, loss, grads
+
+    plain, shared = run(0), run(p)
+    for a, b in zip(plain, shared):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+    # a scored token inside the would-be prefix stops it there
+    mask = batch.loss_mask.clone()
+    mask[1, 4] = 1
+    assert shared_prefix_length(batch.ids, batch.attention_mask, mask) == 4

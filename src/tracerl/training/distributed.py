@@ -33,6 +33,12 @@ class World:
         """This rank's items: every size-th one, starting at rank (balanced, order-preserving)."""
         return items[self.rank::self.size]
 
+    def chunk(self, items: list[T]) -> list[T]:
+        """This rank's contiguous share (sizes differ by at most one, in rank order)."""
+        base, extra = divmod(len(items), self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return items[start:start + base + (1 if self.rank < extra else 0)]
+
 
 def init_world() -> World:
     """Join the torchrun process group when launched by torchrun (WORLD_SIZE > 1); else one process."""

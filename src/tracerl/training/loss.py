@@ -25,19 +25,53 @@ import torch.nn.functional as F
 
 
 def token_logprobs(
-    model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+    prefix_len: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of every token given its prefix, and the entropy of that position's distribution.
 
     Both [batch, time], aligned with `ids` (position 0 has no prefix: 0). Logits are divided by
     `temperature` so that the log-probs are those of the distribution the sampler drew from.
+
+    `prefix_len` > 0: every row starts with the same `prefix_len` tokens, none of which is scored
+    (context). The prefix then runs once, with batch size 1, its KV cache is repeated for the rows
+    and the rest runs on top of it — the same values and gradients for a fraction of the compute
+    (the rows of a GRPO group share their whole prompt). Positions 1…prefix_len−1 come back as 0.
     """
-    logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    if prefix_len <= 0:
+        logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1]
+        return _scored(logits, ids[:, 1:], temperature, pad=1)
+    rows, width = ids.shape
+    if not 0 < prefix_len < width:
+        raise ValueError("prefix_len must leave at least one token per row")
+    from tracerl.models.generation import _forward_signature
+
+    cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
+    head = model(input_ids=ids[:1, :prefix_len], use_cache=True)
+    cache = getattr(head, cache_name, None) or head.past_key_values
+    cache.batch_repeat_interleave(rows)
+    positions = torch.arange(prefix_len, width, device=ids.device).expand(rows, -1)
+    tail = model(input_ids=ids[:, prefix_len:], attention_mask=attention_mask, position_ids=positions,
+                 use_cache=True, **{cache_name: cache}).logits
+    # logits predicting tokens prefix_len … width−1: the prefix's last position, then the tail's
+    logits = torch.cat([head.logits[:, -1:].expand(rows, -1, -1), tail[:, :-1]], dim=1)
+    return _scored(logits, ids[:, prefix_len:], temperature, pad=prefix_len)
+
+
+def _scored(logits: torch.Tensor, targets: torch.Tensor, temperature: float, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
-    pad = logp.new_zeros(ids.shape[0], 1)
-    return torch.cat([pad, logp], dim=1), torch.cat([pad, entropy], dim=1)
+    zeros = logp.new_zeros(targets.shape[0], pad)
+    return torch.cat([zeros, logp], dim=1), torch.cat([zeros, entropy], dim=1)
+
+
+def shared_prefix_length(ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:
+    """Leading columns that every row shares, attends to and does not score — at most (shortest row − 1)."""
+    shared = (ids == ids[:1]).all(dim=0) & attention_mask.bool().all(dim=0) & ~loss_mask.bool().any(dim=0)
+    n = int(torch.cumprod(shared.long(), dim=0).sum())
+    shortest = int(attention_mask.sum(dim=1).min())
+    return max(0, min(n, shortest - 1))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from tracerl.training import checkpoint as ckpt
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
-from tracerl.training.loss import BatchCounts, policy_loss, token_logprobs
+from tracerl.training.loss import BatchCounts, policy_loss, shared_prefix_length, token_logprobs
 from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
 
 
@@ -252,7 +252,7 @@ class GRPOTrainer:
         if not sequences or counts.tokens == 0:
             return {"loss": None, "clip_ratio": None, "approx_kl": None, "kl": None, "entropy": None,
                     "grad_norm": None, "trained_sequences": 0}
-        shard = self.world.shard(sequences)
+        shard = self.world.chunk(sequences)  # contiguous: a micro-batch holds whole groups (shared prompts)
         micro = [shard[i:i + cfg.per_device_train_batch_size] for i in range(0, len(shard), cfg.per_device_train_batch_size)]
         self._prepare_old_logprobs(micro)
         refs = self._reference_logprobs(micro) if cfg.beta > 0 else [None] * len(micro)
@@ -264,7 +264,7 @@ class GRPOTrainer:
             totals.zero_()
             for part, ref in zip(micro, refs, strict=True):
                 batch = collate(part, self.pad_id).to(self.device)
-                logp, entropy = token_logprobs(self.model, batch.ids, batch.attention_mask, cfg.temperature)
+                logp, entropy = self._logprobs(batch)
                 loss, stats = policy_loss(
                     logp, batch.old_logprobs, batch.advantages, batch.loss_mask, counts,
                     loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.clip_high, beta=cfg.beta,
@@ -288,6 +288,11 @@ class GRPOTrainer:
             "trained_sequences": counts.sequences, "loss_tokens": counts.tokens,
         }
 
+    def _logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token log-probs and entropies of a micro-batch; the prompt the rows share runs once."""
+        prefix = shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
+        return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature, prefix_len=prefix)
+
     @torch.no_grad()
     def _prepare_old_logprobs(self, micro: list[list[TrainSequence]]) -> None:
         """Hinted rollouts: the sampling weights' log-probs on the hint-free context (see sequences.py)."""
@@ -297,7 +302,7 @@ class GRPOTrainer:
             if not hinted:
                 continue
             batch = collate(hinted, self.pad_id).to(self.device)
-            logp, _ = token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature)
+            logp, _ = self._logprobs(batch)
             for i, s in enumerate(hinted):
                 s.old_logprobs = logp[i, : len(s.ids)].tolist()
                 s.hinted = False
@@ -310,7 +315,7 @@ class GRPOTrainer:
         with self.model.disable_adapter():
             for part in micro:
                 batch = collate(part, self.pad_id).to(self.device)
-                out.append(token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature)[0])
+                out.append(self._logprobs(batch)[0])
         return out
 
     # ----------------------------------------------------------- evaluation ---------------------
