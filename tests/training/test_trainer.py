@@ -65,9 +65,10 @@ def test_train_writes_adapter_metrics_and_first_pass_ratio_is_one(base, tmp_path
 
 def test_max_rollouts_counts_every_rollout(base, tmp_path):
     torch.set_num_threads(1)
-    cfg = small(max_steps=50, max_rollouts=20, eval_episodes=0)
+    cfg = small(max_steps=50, max_rollouts=20, eval_steps=100)
     rows = build_trainer(cfg, base, LetterEnv, tmp_path).train()
     assert rows and rows[-1]["rollouts_used"] <= 20
+    assert "eval_success" in rows[-1]  # the budget's last step is evaluated: first and last rows give the gain
     assert rows[-1]["rollouts_used"] == 8 * sum(r["sampling_rounds"] for r in rows)
 
 

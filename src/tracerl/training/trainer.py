@@ -189,7 +189,8 @@ class GRPOTrainer:
             ckpt.save_adapter(self.model, self.out)
             self.backend.after_step(self.out)
         barrier(self.world)
-        if step % cfg.eval_steps == 0 or step == cfg.max_steps:
+        last = step == cfg.max_steps or not self._budget_allows_step()
+        if cfg.eval_episodes > 0 and (step % cfg.eval_steps == 0 or last):
             row["eval_success"] = self.evaluate()
         row["seconds"] = round(time.perf_counter() - t0, 3)
         return row
