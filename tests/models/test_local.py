@@ -159,3 +159,26 @@ def test_context_overflow_gives_an_empty_reply(toy, tokenizer):
 def test_load_model_errors_are_input_errors(tmp_path):
     with pytest.raises(InputError, match="cannot load a causal LM"):
         load_model(tmp_path / "nothing-here", device="cpu")
+
+
+def test_kv_reuse_across_turns_changes_nothing(toy, tokenizer, model):
+    def run(kv_reuse):
+        policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=12, seed=4, kv_reuse=kv_reuse)
+        return rollout(toy.StoreEnv, policy, [Episode(seed=s) for s in (0, 1, 1, 2)], batch_size=4)
+
+    with_reuse, without = run(True), run(False)
+    assert max(t.num_turns for t in with_reuse) >= 2
+    for a, b in zip(with_reuse, without):
+        assert a.tokens.ids == b.tokens.ids and a.tokens.mask == b.tokens.mask
+        assert a.tokens.logprobs == pytest.approx(b.tokens.logprobs, abs=1e-5)
+
+
+def test_reused_kv_is_dropped_when_adapters_change(toy, tokenizer, tmp_path):
+    policy = LocalPolicy(toy.make_model(tokenizer), tokenizer, temperature=0.0, max_new_tokens=6)
+    s = Session(messages=[Message.user("Hi")], tools=[])
+    s.messages.append(policy.act([s])[0])
+    assert s.state.extra["kv"][0] == 0
+    policy.load_adapter("a", save_lora(toy, tokenizer, tmp_path / "a", seed=1))
+    s.messages.append(Message.user("Go on."))
+    request = policy._request(s, policy.chat.prepare(s), 6)
+    assert request.past is None  # stale: computed with other weights

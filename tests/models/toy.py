@@ -46,7 +46,7 @@ class StoreTools(Toolbox):
 
 
 class StoreEnv(ToolEnv):
-    """Set item A<seed % 3> to a price; the user says thanks and stops after the first text reply."""
+    """Set item A<seed % 3> to a price; the user asks to go on twice, then says thanks and stops."""
 
     name = "store"
     max_turns = 6
@@ -54,10 +54,14 @@ class StoreEnv(ToolEnv):
     def _setup(self, seed: int, options: dict[str, Any]):
         self.target = (f"A{seed % 3}", 10 + seed % 7)
         self.box = StoreTools({"A0": 5, "A1": 6, "A2": 7})
+        self.replies = 0
         opening = [Message.system(SYSTEM), Message.user(f"Please set the price of {self.target[0]} to {self.target[1]}.")]
         return self.box, opening, {"task_id": f"store_{seed}"}
 
     def _user_reply(self, text: str):
+        self.replies = getattr(self, "replies", 0) + 1
+        if self.replies < 3:
+            return "Please go on.", False
         return "Thanks, bye.", True
 
     def _score(self):
@@ -66,7 +70,7 @@ class StoreEnv(ToolEnv):
 
 
 def corpus() -> list[str]:
-    texts = [SYSTEM, "Thanks, bye.", "Done. The price is set.", "I will look it up."]
+    texts = [SYSTEM, "Thanks, bye.", "Please go on.", "Done. The price is set.", "I will look it up."]
     for i in range(3):
         for p in range(10, 17):
             texts.append(f"Please set the price of A{i} to {p}.")

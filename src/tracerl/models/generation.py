@@ -50,6 +50,8 @@ class GenerationRequest:
     generator: torch.Generator | None = None
     extra: Any = None  # routing key for `forward_kwargs` (e.g. an adapter name)
     top_logprobs: int = 0  # also return the k most likely tokens per step (OpenAI `logprobs=k`)
+    past: PastKV | None = None  # a KV cache of prompt_ids[:past.length] from an earlier call (this row's)
+    keep_cache: bool = False  # return the row's KV cache in `GenerationResult.past`
 
 
 @dataclass
@@ -58,6 +60,7 @@ class GenerationResult:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: Literal["stop", "length"] = "length"
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    past: PastKV | None = None  # with keep_cache: the KV of prompt_ids + token_ids[:-1]
 
 
 def generate(
@@ -94,28 +97,40 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
     prompts = [requests[i].prompt_ids for i in alive]
     if any(not p for p in prompts):
         raise ValueError("empty prompt")
+    for i in alive:
+        past = requests[i].past
+        if past is not None and not 0 < past.length < len(requests[i].prompt_ids):
+            raise ValueError("a past KV cache must cover a proper prefix of the prompt")
     cache_name, keep_last = _forward_signature(model)
     cache = None
+    context = 0  # cache positions before the new prompt tokens (shared prefix or reused KV)
+    context_mask = None
+    pasts = [requests[i].past for i in alive]
     extras = [requests[i].extra for i in alive]
-    shared = shared_prefix_length(prompts) if all(e == extras[0] for e in extras) else 0
-    if shared:  # one forward for the prompt prefix all rows share (system prompt, a GRPO group's prompt)
-        extra = forward_kwargs([requests[alive[0]].extra]) if forward_kwargs else {}
+    if any(p is not None for p in pasts):  # each row continues its own earlier KV cache
+        cache, context_mask = _stack_pasts(pasts, device)
+        context = context_mask.shape[1]
+        prompts = [p[past.length:] if past is not None else p for p, past in zip(prompts, pasts, strict=True)]
+    elif all(e == extras[0] for e in extras) and (shared := shared_prefix_length(prompts)):
+        # one forward for the prompt prefix all rows share (system prompt, a GRPO group's prompt)
+        extra = forward_kwargs([extras[0]]) if forward_kwargs else {}
         prefix = torch.tensor([prompts[0][:shared]], dtype=torch.long, device=device)
         out = model(input_ids=prefix, use_cache=True, **{cache_name: None}, **extra)
         cache = getattr(out, cache_name)
         cache.batch_repeat_interleave(len(alive))
+        context = shared
+        context_mask = torch.ones((len(alive), shared), dtype=torch.long, device=device)
         prompts = [p[shared:] for p in prompts]
     width = max(len(p) for p in prompts)
     input_ids = torch.full((len(alive), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(alive), shared + width), dtype=torch.long)
-    attention[:, :shared] = 1
+    new_mask = torch.zeros((len(alive), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
         input_ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        attention[row, shared + width - len(prompt):] = 1
-    input_ids, attention = input_ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, shared:]
+        new_mask[row, width - len(prompt):] = 1
+    input_ids, new_mask = input_ids.to(device), new_mask.to(device)
+    attention = new_mask if context_mask is None else torch.cat([context_mask, new_mask], dim=1)
+    step_positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, context:]
     step_input = input_ids
-    step_positions = positions
     while alive:
         extra = forward_kwargs([requests[i].extra for i in alive]) if forward_kwargs else {}
         if keep_last:
@@ -145,7 +160,10 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
                 res.finish_reason = "length"
             else:
                 keep.append(row)
-            tokens.append(token)
+                tokens.append(token)
+                continue
+            if req.keep_cache:  # the KV of prompt + generated[:-1], for the row's next turn
+                res.past = _row_past(cache, row, attention[row])
         if not keep:
             break
         next_tokens = torch.tensor(tokens, dtype=torch.long, device=device).unsqueeze(1)
@@ -153,12 +171,55 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
             index = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index)
             attention = attention.index_select(0, index)
-            next_tokens = next_tokens.index_select(0, index)
             step_positions = step_positions.index_select(0, index)
             alive = [alive[r] for r in keep]
         attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
         step_positions = step_positions[:, -1:] + 1
         step_input = next_tokens
+
+
+@dataclass
+class PastKV:
+    """One row's KV cache: per layer (keys, values) of shape [kv_heads, length, head_dim], covering
+    the first `length` tokens of the sequence it was computed on."""
+
+    length: int
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))  # transformers < 5
+
+
+def _row_past(cache: Any, row: int, mask_row: torch.Tensor) -> PastKV:
+    index = mask_row.nonzero().squeeze(-1)
+    layers = []
+    for keys, values in _cache_layers(cache):
+        layers.append((keys[row].index_select(1, index), values[row].index_select(1, index)))
+    return PastKV(length=int(index.numel()), layers=layers)
+
+
+def _stack_pasts(pasts: list[PastKV | None], device: torch.device) -> tuple[Any, torch.Tensor]:
+    """A batch cache from per-row caches, left-padded (mask 0) to the longest; rows without one are all padding."""
+    from transformers import DynamicCache
+
+    reference = next(p for p in pasts if p is not None)
+    longest = max(p.length for p in pasts if p is not None)
+    mask = torch.zeros((len(pasts), longest), dtype=torch.long, device=device)
+    cache = DynamicCache()
+    for layer, (k_ref, v_ref) in enumerate(reference.layers):
+        keys = k_ref.new_zeros((len(pasts), k_ref.shape[0], longest, k_ref.shape[2]))
+        values = v_ref.new_zeros((len(pasts), v_ref.shape[0], longest, v_ref.shape[2]))
+        for row, past in enumerate(pasts):
+            if past is None:
+                continue
+            keys[row, :, longest - past.length:] = past.layers[layer][0]
+            values[row, :, longest - past.length:] = past.layers[layer][1]
+            mask[row, longest - past.length:] = 1
+        cache.update(keys, values, layer)
+    return cache, mask
 
 
 def shared_prefix_length(prompts: list[list[int]], minimum: int = 32) -> int:

@@ -12,6 +12,12 @@ generation, the previous mode restored after). Any other module with the HF caus
 (a composed model) can serve named routes: `LocalPolicy(model, tok, routes={"composed": module})`;
 sessions whose adapter names a route are batched through that module.
 
+KV reuse (`kv_reuse=True`): each session keeps the KV cache of its conversation between turns
+(in `session.state`), so a turn only runs the new user/tool tokens through the model, not the whole
+conversation again. It costs memory per live session (layers × 2 × kv_heads × head_dim × length
+values) and is dropped when adapters change; turn it off for large models with many sessions.
+When the model is trained in place between turns of a live session, call with fresh sessions.
+
 Sampling: temperature (0 = greedy), top-p, `max_new_tokens`, one `torch.Generator` per session
 seeded from (policy seed, session number) — reruns with the same seed and the same call order
 give the same episodes. Log-probs follow `logprobs_mode` (see `tracerl.models.generation`).
@@ -89,6 +95,7 @@ class LocalPolicy:
         routes: dict[str, torch.nn.Module] | None = None,
         template_kwargs: dict[str, Any] | None = None,
         max_batch_size: int = 64,
+        kv_reuse: bool = True,
         name: str = "model",
     ):
         self.model = model
@@ -104,7 +111,9 @@ class LocalPolicy:
         self.name = name
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.chat.end_of_turn_id
         self.max_context = context_length(model)
+        self.kv_reuse = kv_reuse
         self._sessions_seen = 0
+        self._weights_version = 0  # bumped when adapters change: reused KV caches are then stale
 
     # --- adapters -------------------------------------------------------------------------
     @property
@@ -121,6 +130,7 @@ class LocalPolicy:
             raise InputError(f"adapter name '{name}' is reserved")
         if not (Path(path) / "adapter_config.json").exists():
             raise InputError(f"not a PEFT adapter directory (no adapter_config.json): {path}")
+        self._weights_version += 1
         if isinstance(self.model, PeftModel):
             if name in self.model.peft_config:
                 self.unload_adapter(name)
@@ -131,6 +141,7 @@ class LocalPolicy:
 
     def unload_adapter(self, name: str) -> None:
         """Remove adapter `name` (the base weights are untouched)."""
+        self._weights_version += 1
         if name in self.routes:
             del self.routes[name]
             return
@@ -152,6 +163,7 @@ class LocalPolicy:
 
         if name not in getattr(self.model, "peft_config", {}):
             raise InputError(f"unknown adapter '{name}'")
+        self._weights_version += 1
         result = set_peft_model_state_dict(self.model, state_dict, adapter_name=name)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
@@ -175,6 +187,9 @@ class LocalPolicy:
                 replies[k] = Message.assistant(content="")
                 continue
             res = next(it)
+            if res.past is not None:
+                covered = (req.prompt_ids + res.token_ids)[: res.past.length]
+                s.state.extra["kv"] = (self._weights_version, s.adapter, res.past, covered)
             replies[k] = self.chat.record(s, res.token_ids, res.logprobs).message
         return [r for r in replies if r is not None]
 
@@ -217,9 +232,15 @@ class LocalPolicy:
             gen.manual_seed(session_seed(self.seed, self._sessions_seen))
             self._sessions_seen += 1
             state.extra["generator"] = gen
+        past = None
+        kv = state.extra.pop("kv", None)
+        if self.kv_reuse and kv is not None:
+            version, adapter, cached, covered = kv
+            if version == self._weights_version and adapter == session.adapter and cached.length < len(ids) and ids[: cached.length] == covered:
+                past = cached
         return GenerationRequest(
             prompt_ids=ids, max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p,
-            stop_ids=self.chat.stop_ids, generator=gen, extra=session.adapter,
+            stop_ids=self.chat.stop_ids, generator=gen, extra=session.adapter, past=past, keep_cache=self.kv_reuse,
         )
 
 
