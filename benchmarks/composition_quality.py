@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
+    ap.add_argument("--stand-in-adapters", type=float, default=None, metavar="SCALE",
+                    help="routing only: random LoRA adapters (A, B ~ N(0, SCALE²)) in place of trained ones, for capabilities without one")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -58,6 +60,8 @@ def main() -> None:
     from tracerl.training.run import capability_dirs
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.stand_in_adapters is not None:
+        make_stand_in_adapters(args.root, args.base, args.stand_in_adapters)
     env_dirs = [d for d in capability_dirs(args.root / "envs") if (args.root / "adapters" / d.name / "adapter_config.json").exists()]
     names = [d.name for d in env_dirs]
     make_env = {d.name: load_env_dir(d) for d in env_dirs}
@@ -83,6 +87,9 @@ def main() -> None:
         print(f"{n}: {sum(t.passed for t in trajs)}/{len(trajs)} training rollouts passed", flush=True)
     write_jsonl(args.out / "rollouts.jsonl", rollouts)
 
+    if args.stand_in_adapters is not None:  # routing only: the stand-ins are not trained, success would mean nothing
+        for t in rollouts:
+            t.passed = True
     heldout = {n: [EVAL_SEED_START + i for i in range(args.eval_episodes)] for n in names}
     prompts = []
     for n in names:
@@ -96,8 +103,10 @@ def main() -> None:
         return sum(t.passed for t in trajs) / len(trajs)
 
     results: dict = {"capabilities": names, "success": {}, "routing_accuracy": {}, "config": {k: str(v) for k, v in vars(args).items()}}
-    results["success"]["base"] = {n: success(greedy, n, None) for n in names}
-    results["success"]["own adapter"] = {n: success(greedy, n, n) for n in names}
+    evaluate = args.stand_in_adapters is None
+    if evaluate:
+        results["success"]["base"] = {n: success(greedy, n, None) for n in names}
+        results["success"]["own adapter"] = {n: success(greedy, n, n) for n in names}
     print(json.dumps(results["success"], indent=1), flush=True)
     del sampler, greedy, model
 
@@ -114,11 +123,13 @@ def main() -> None:
         stored["routing_accuracy"] = accuracy | {"prompts": f"held-out seeds {EVAL_SEED_START}+i, i < {args.eval_episodes}, per environment"}
         write_json(spec_path, stored)
         results["routing_accuracy"][mode] = accuracy
-        policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
-        results["success"][f"composed {mode}"] = {n: success(policy, n, None) for n in names}
-        print(mode, json.dumps(accuracy), json.dumps(results["success"][f"composed {mode}"]), flush=True)
+        print(mode, json.dumps(accuracy), flush=True)
+        if evaluate:
+            policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
+            results["success"][f"composed {mode}"] = {n: success(policy, n, None) for n in names}
+            print(mode, json.dumps(results["success"][f"composed {mode}"]), flush=True)
 
-    own = results["success"]["own adapter"]
+    own = results["success"].get("own adapter", {})
     results["within_5_points"] = {
         variant: all(values[n] >= own[n] - 0.05 for n in names) for variant, values in results["success"].items() if variant.startswith("composed")
     }
@@ -130,6 +141,28 @@ def main() -> None:
         print(f"| {variant} | " + " | ".join(f"{100 * values[n]:.1f}%" for n in names) + " |")
     for mode, acc in results["routing_accuracy"].items():
         print(f"| routing accuracy ({mode}) | " + " | ".join(f"{100 * acc['per_capability'].get(n, 0):.1f}%" for n in names) + " |")
+
+
+def make_stand_in_adapters(root: Path, base: str, scale: float) -> None:
+    """Random rank-8 LoRA adapters on all seven projections for env dirs without a trained adapter."""
+    from peft import LoraConfig, get_peft_model
+
+    from tracerl.models.local import load_model
+    from tracerl.training.run import capability_dirs
+
+    for i, env_dir in enumerate(capability_dirs(root / "envs")):
+        out = root / "adapters" / env_dir.name
+        if (out / "adapter_config.json").exists():
+            continue
+        model, _ = load_model(base, device="cpu")
+        peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+        generator = torch.Generator().manual_seed(i + 1)
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=generator) * scale)
+        peft_model.save_pretrained(str(out))
 
 
 if __name__ == "__main__":

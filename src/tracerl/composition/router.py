@@ -153,7 +153,7 @@ class TaskRouter:
             optimizer.step()
         self.head_weight, self.head_bias = weight.detach(), bias.detach()
         after = float((states @ weight.detach().T + bias.detach()).argmax(-1).eq(targets).float().mean())
-        return {"requests": len(requests), "steps": steps, "learning_rate": learning_rate, "loss": float(loss),
+        return {"requests": len(requests), "steps": steps, "learning_rate": learning_rate, "loss": loss.item(),
                 "train_accuracy_zero_shot": before, "train_accuracy": after}
 
     def alphas(self, conversations: list[list[Any]]) -> torch.Tensor:
