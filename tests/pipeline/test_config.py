@@ -1,0 +1,67 @@
+import pytest
+
+from tracerl.config import DEMO_CONFIG, RunConfig, load_run_config
+from tracerl.core.errors import InputError
+from tracerl.cli import main
+
+
+def test_defaults_are_complete_and_documented():
+    config = RunConfig()
+    assert config.select.rho == 0.10 and config.select.delta == 0.20 and config.select.runs == 10
+    assert config.train.epsilon == 0.2 and config.train.epsilon_high == 0.28 and config.train.beta == 0.0
+    assert config.compose.gate.router_aux_loss_coef == 0.001
+    for section in ("model", "target", "collect", "select", "synthesize", "compose", "baselines", "eval"):
+        fields = type(getattr(config, section)).model_fields
+        undocumented = [name for name, f in fields.items() if not f.description and name not in ("bands", "gate")]
+        assert len(undocumented) <= len(fields) // 2, (section, undocumented)
+
+
+def test_demo_config_loads_and_the_example_configs_load(shared_dir):
+    demo = load_run_config(DEMO_CONFIG)
+    assert demo.model.base == "tiny-agent" and demo.select.labeler == "rules"
+    repo = DEMO_CONFIG.parents[3]
+    assert (repo / "configs" / "demo.yaml").read_text() == DEMO_CONFIG.read_text()
+    for name in ("qwen3-8b-gpu.yaml", "tau2-retail-select.yaml"):
+        load_run_config(repo / "configs" / name)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("seed: 0\nselect:\n  rho: 2\n", "config.yaml:3: field 'select.rho'"),
+        ("seed: 0\ntrain:\n  nonsense: 1\n", "config.yaml:3: field 'train.nonsense': Extra inputs"),
+        ("model: [1, 2]\n", "config.yaml:1: field 'model'"),
+        ("seed: [\n", "config.yaml:2: not valid YAML"),
+        ("- 1\n", "config.yaml:1: a config must be a mapping"),
+        ("target:\n  results: nowhere.json\n", "target.results: no such file"),
+    ],
+)
+def test_bad_config_is_one_line_with_file_and_line(tmp_path, text, message):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_run_config(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_run_with_bad_config_exits_2_before_anything_runs(tmp_path, capsys):
+    path = tmp_path / "config.yaml"
+    path.write_text("collect:\n  tasks: -3\n")
+    assert main(["run", str(path), "--workspace", str(tmp_path / "ws")]) == 2
+    assert "config.yaml:2" in capsys.readouterr().err
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.slow
+def test_tau2_config_selects_and_synthesizes_then_stops_and_resumes(tmp_path, capsys, shared_dir):
+    repo = DEMO_CONFIG.parents[3]
+    ws = tmp_path / "ws"
+    assert main(["run", str(repo / "configs" / "tau2-retail-select.yaml"), "-w", str(ws), "--json"]) == 0
+    import json
+
+    log = json.loads(capsys.readouterr().out)
+    assert [s["stage"] for s in log["stages"]] == ["collect", "select", "synthesize"]
+    assert log["stages"][1]["summary"]["selected"] == ["multi_step_completion", "tool_call_precision"]
+    assert sorted(p.name for p in (ws / "envs").iterdir() if p.is_dir()) == ["multi_step_completion", "tool_call_precision"]
+    assert main(["run", str(repo / "configs" / "tau2-retail-select.yaml"), "-w", str(ws), "--json"]) == 0
+    assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])
