@@ -134,3 +134,20 @@ def test_hint_goes_into_system_prompt_and_is_strippable(retail):
     assert info["_hint"] in hinted[0].content and info["_hint"] not in plain[0].content
     assert info["_prompt_without_hint"] == plain
     assert hinted[1] == plain[1]
+
+
+def test_system_prompt_keeps_the_targets_format(airline, retail):
+    from tracerl.envs.registry import make_env
+    from tracerl.synthesis.target import split_prompt
+
+    assert split_prompt("A.\nB.\nCancel: x.\nBags: y.\nEnd.") == (("A.", "B."), ("End.",))
+    assert split_prompt("A.\nB.") == (("A.", "B."), ())
+    real = make_env("airline").reset(seed=0)[0][0].content.splitlines()
+    assert len(airline.preamble) >= 2 and airline.closing
+    for cls in TEMPLATES.values():
+        prompt = cls(airline, difficulty=1).reset(seed=0)[0][0].content.splitlines()
+        assert prompt[:len(airline.preamble)] == list(airline.preamble) == real[:len(airline.preamble)]
+        assert prompt[-1] == airline.closing[-1] == real[-1]
+        assert not any(line.startswith(("Cancel:", "Bags:", "Compensation:")) for line in prompt)  # its rules, not the target's
+        prompt = cls(retail, difficulty=1).reset(seed=0)[0][0].content
+        assert prompt.startswith("# Retail agent policy\n")

@@ -1,7 +1,10 @@
-"""The target domain a synthetic environment imitates: its tool schemas and system-prompt title.
+"""The target domain a synthetic environment imitates: its tool schemas and system-prompt format.
 
 A target is either the built-in airline domain (`"airline"`) or a τ²-bench domain given by
-its tools.json (a `policy.md` next to it, if any, gives the prompt title). `tool_families`
+its tools.json (a `policy.md` next to it, if any, gives the prompt title). The prompt format is
+kept as `preamble` and `closing` lines: for the built-in domain, its own system prompt minus its
+domain rules (the lines that start with a label such as "Cancel:"), which a synthetic
+environment replaces with its own rules; for a tools.json, the policy's title. `tool_families`
 pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
 e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) — which is what
 every capability template is built from.
@@ -9,6 +12,7 @@ every capability template is built from.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +27,8 @@ class Target:
     tools: tuple[ToolSchema, ...]
     title: str  # first line of the target's system prompt, e.g. "# Retail agent policy" (policy.md's title)
     source: str  # "airline" (built-in) or the tools.json path it was read from
+    preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
+    closing: tuple[str, ...] = ()  # its lines after the domain rules
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -35,6 +41,8 @@ class Target:
             "name": self.name,
             "title": self.title,
             "source": self.source,
+            "preamble": list(self.preamble),
+            "closing": list(self.closing),
             "tools": [{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools],
         }
 
@@ -45,6 +53,8 @@ class Target:
             tools=tuple(ToolSchema.from_openai(t) for t in data["tools"]),
             title=data["title"],
             source=data.get("source", data["name"]),
+            preamble=tuple(data.get("preamble", ())),
+            closing=tuple(data.get("closing", ())),
         )
 
 
@@ -63,7 +73,7 @@ def load_target(spec: str) -> Target:
         first = policy.read_text().lstrip().splitlines()[0:1]
         if first and first[0].startswith("#"):
             title = first[0].strip()
-    target = Target(name=name, tools=tuple(tools), title=title, source=str(path))
+    target = Target(name=name, tools=tuple(tools), title=title, source=str(path), preamble=(title,))
     if not tool_families(target.tools):
         raise InputError("no read tool shares an id parameter with a write tool: nothing to build on", path=spec)
     return target
@@ -76,10 +86,23 @@ def _builtin_airline() -> Target:
         raise InputError("the built-in airline domain is not available in this installation") from None
     env = make_env("airline")
     messages, _ = env.reset(seed=0)
-    title = "# Airline agent policy"
-    if messages and messages[0].role == "system" and (messages[0].content or "").strip():
-        title = (messages[0].content or "").strip().splitlines()[0].strip()  # the prompt's own first line
-    return Target(name="airline", tools=tuple(env.tools), title=title, source="airline")
+    prompt = messages[0].content or "" if messages and messages[0].role == "system" else ""
+    preamble, closing = split_prompt(prompt)
+    title = preamble[0] if preamble else "# Airline agent policy"
+    return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
+                  preamble=preamble or (title,), closing=closing)
+
+
+_RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")
+
+
+def split_prompt(prompt: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(lines before the domain rules, lines after them); a rule line starts with a label ("Cancel: …")."""
+    lines = [line for line in prompt.strip().splitlines() if line.strip()]
+    rules = [i for i, line in enumerate(lines) if _RULE_LINE.match(line)]
+    if not rules:
+        return tuple(lines), ()
+    return tuple(lines[:rules[0]]), tuple(lines[rules[-1] + 1:])
 
 
 @dataclass(frozen=True)

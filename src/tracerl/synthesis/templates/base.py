@@ -172,11 +172,14 @@ class TemplateEnv(ToolEnv):
         return list(self.task(seed).gold)
 
     def system_prompt(self, task: Task, hint: bool) -> str:
-        lines = [self.target.title] + ([""] if self.target.title.startswith("#") else []) + [
-            f"Use the tools to help the user with their {self.entity}s. Make one tool call at a time.",
-            *task.rules,
-            "When all requests are handled, ask if there is anything else.",
-        ]
+        """The target's preamble, this task's rules, the target's closing lines (+ the hint)."""
+        target = self.target
+        if len(target.preamble) > 1:  # the target's own procedure lines
+            lines = [*target.preamble, *task.rules]
+        else:
+            lines = [*target.preamble] + ([""] if target.title.startswith("#") else []) + [
+                f"Use the tools to help the user with their {self.entity}s. Make one tool call at a time.", *task.rules]
+        lines += list(target.closing) or ["When all requests are handled, ask if there is anything else."]
         if hint:
             lines += ["", "## Expert guidance", task.hint]
         return "\n".join(lines)

@@ -41,7 +41,7 @@ class MultiStepCompletionEnv(TemplateEnv):
             "still open and handle the next one. Reply to the user only when every request is done."
         )
         return Task(records=records, request=request, restate=restate,
-                    rules=["Handle every request of the user before you close."], hint=hint, gold=gold,
+                    rules=["Requests: handle every request of the user before you close."], hint=hint, gold=gold,
                     kind=f"{n}-step", user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:

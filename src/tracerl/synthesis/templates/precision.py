@@ -50,7 +50,7 @@ class ToolCallPrecisionEnv(TemplateEnv):
             "the parameter with the matching name, and ignore values the user calls outdated."
         )
         return Task(records=records, request=request, restate=restate,
-                    rules=["Use exactly the values the user gives."], hint=hint, gold=gold, kind=f"{n}-call",
+                    rules=["Values: use exactly the values the user gives."], hint=hint, gold=gold, kind=f"{n}-call",
                     user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:

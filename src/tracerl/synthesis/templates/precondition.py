@@ -27,16 +27,17 @@ class PreconditionVerificationEnv(TemplateEnv):
     def conditions(self) -> list[str]:
         return ["status", "amount", "flagged"][: min(1 + self.difficulty, 3)]
 
-    def rules(self, verb: str) -> list[str]:
+    def rules(self, act: str) -> list[str]:
+        """One rule line in the target's style: "Cancel reservation: allowed only if …"."""
         text = {
             "status": "its status is 'active'",
             "amount": f"its amount is at most {AMOUNT_LIMIT}",
             "flagged": "it is not flagged",
         }
-        article = "An" if self.entity[:1] in "aeiou" else "A"
-        return [f"{article} {self.entity} may be changed with {verb} only if {text[c]}." for c in self.conditions()] + [
-            "If a condition fails, do not change it: tell the user you cannot, and why."
-        ]
+        parts = [text[c] for c in self.conditions()]
+        condition = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        label = act.replace("_", " ").capitalize()
+        return [f"{label}: allowed only if {condition}. Otherwise make no change: say you cannot, and why."]
 
     def generate(self, rng: random.Random) -> Task:
         act = self.acts[0]

@@ -63,7 +63,7 @@ class StructuredDataReasoningEnv(TemplateEnv):
             "compare them, and make the change only on the one that matches."
         )
         return Task(records=records, request=request, restate=restate,
-                    rules=[f"Change only the {self.entity} the user means."], hint=hint, gold=gold,
+                    rules=[f"Records: change only the {self.entity} the user means."], hint=hint, gold=gold,
                     kind=f"{key}{'-active' if filtered else ''}-of-{n}", expected={"ids": ids, "gold": gold[-1]},
                     user_id=self.new_user_id(rng))
 
