@@ -8,7 +8,8 @@ keeps each episode's `Session.tokens` (a `TokenRecord`) by appending, never by r
    model saw before its first sampled token (mask 0, log-prob 0).
 2. Each model turn appends the sampled tokens exactly as sampled, with their sampling log-probs
    and mask 1 — the end-of-turn token (`<|im_end|>`) included when the model produced it. A turn
-   cut by `max_new_tokens` is closed by appending `<|im_end|>` as context (mask 0, log-prob 0).
+   cut by `max_new_tokens`, or ended by another stop token (e.g. `<|endoftext|>`), is closed by
+   appending `<|im_end|>` as context (mask 0, log-prob 0) before the next turn.
 3. Each later call appends the templated tokens of the new user/tool turns plus the next
    generation header (mask 0, log-prob 0). They are found as the text that the template puts
    after the k-th end-of-turn marker, k being the number of turns already recorded, so the

@@ -48,7 +48,9 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     under the name "default". Errors (missing path, not a model) are `InputError`s.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # our commands draw their own progress
     path = resolve_model_path(path_or_name)
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     adapter_config = Path(path) / "adapter_config.json"
