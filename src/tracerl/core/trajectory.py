@@ -38,14 +38,18 @@ class TokenRecord(BaseModel):
 
 
 class Trajectory(BaseModel):
-    """One episode. `info` carries source-specific extras under documented keys:
+    """One episode. `info` carries source-specific extras under these keys (all optional):
 
     - `gold_actions`: list of {name, arguments} — the task's gold tool calls (τ²-bench and built-in domains)
-    - `action_checks`: τ²-bench's per-gold-action check results
     - `communicate_info`: strings the agent had to tell the user
-    - `task_kind`: a short label of the kind of task (e.g. "cancel", "change+cancel")
+    - `task_kind`: a short label of the kind of task (e.g. "cancel", "multi")
+    - `reasoning_args`: [gold_action_index, argument_name] pairs whose value must be chosen or
+      computed from records (a wrong value there is a reasoning error, not an imprecise call)
+    - `subtasks`: the requests of a multi-request task ({kind, reservation_id, allowed})
+    - `action_checks`, `db_check`, `communicate_checks`, `nl_assertions`: τ²-bench's grading
+    - `faults`: ground truth of the flawed reference policy ({drawn, planted}); labellers never read it
     - `capability`: the capability of the synthetic environment the episode came from
-    - `hint`: whether the sampling prompt carried a hint
+    - `hint`: the sampling prompt carried a hint (the trainer strips it before the gradient step)
     """
 
     model_config = ConfigDict(extra="forbid")
