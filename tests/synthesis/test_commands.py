@@ -26,12 +26,13 @@ def test_synthesize_templates_without_calibration(which, request, tmp_path, caps
     caps = _capabilities(tmp_path / "caps.json", BUILTIN, extra=["tone_and_empathy"])
     out = tmp_path / "envs"
     assert main(["synthesize", "--capabilities", str(caps), "--target", target.source, "--out", str(out),
-                 "--no-calibrate", "--json"]) == 0
+                 "--no-calibrate", "--json", "--hint-fraction", "0.5"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in records] == BUILTIN and all(r["status"] == "DONE" for r in records)
     for name in BUILTIN:
         spec = load_env_spec(out / name)
         assert (spec.source, spec.template, spec.target, spec.difficulty) == ("template", name, target.name, 1)
+        assert spec.hint_fraction == 0.5
         assert load_target_json(out / name).tools == target.tools
         report = validate_env(load_env_dir(out / name), target.tools, seeds=range(3))
         assert report.passed

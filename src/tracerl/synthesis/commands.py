@@ -64,6 +64,8 @@ def synthesize(
     generator: str = typer.Option("template", "--generator", help="'template' (built-in, LLM for the rest) or 'llm'."),
     no_calibrate: bool = typer.Option(False, "--no-calibrate", help="Skip calibration."),
     difficulty: int = typer.Option(1, "--difficulty", min=0, max=4, help="Starting difficulty (0–4)."),
+    hint_fraction: float = typer.Option(0.25, "--hint-fraction", min=0.0, max=1.0,
+                                        help="Share of each GRPO group sampled with the hint (written to env.json)."),
     model: str = typer.Option("tiny-agent", "--model", help=MODEL_HELP),
     seeds: int = typer.Option(100, "--seeds", min=1, help="Calibration seeds (groups)."),
     group_size: int = typer.Option(16, "--group-size", min=1, help="Samples per seed."),
@@ -100,7 +102,7 @@ def synthesize(
     rows, records = [], []
     for cap in caps:
         outcome = synthesize_capability(cap, tgt, out, generator=generator, difficulty=difficulty, llm=llm,
-                                        max_rounds=max_rounds)  # type: ignore[arg-type]
+                                        max_rounds=max_rounds, hint_fraction=hint_fraction)  # type: ignore[arg-type]
         calibration = None
         if outcome.ok and policy is not None:
             assert outcome.env_dir is not None

@@ -75,6 +75,7 @@ def synthesize_capability(
     max_rounds: int = 5,
     limits: SandboxLimits | None = None,
     seeds: int = len(DEFAULT_SEEDS),
+    hint_fraction: float = 0.25,
 ) -> SynthesisOutcome:
     """Build, check and write `out_dir/<capability>/` for one capability record."""
     name = cap["name"]
@@ -86,7 +87,8 @@ def synthesize_capability(
         if not report.passed:
             return SynthesisOutcome(name, "template", None, report, error=report.failures())
         spec = EnvSpec(capability=name, description=description or template.description, source="template",
-                       template=template.capability, target=target.name, difficulty=difficulty)
+                       template=template.capability, target=target.name, difficulty=difficulty,
+                       hint_fraction=hint_fraction)
         write_env_dir(env_dir, spec, target, checks=report.model_dump())
         return SynthesisOutcome(name, "template", env_dir, report)
     if llm is None:
@@ -104,7 +106,7 @@ def synthesize_capability(
                                 error=f"no valid module after {len(result.rounds)} rounds: {result.last_problem}",
                                 rounds=len(result.rounds))
     spec = EnvSpec(capability=name, description=description, source="llm", module=MODULE_PY, target=target.name,
-                   difficulty=limits.difficulty)
+                   difficulty=limits.difficulty, hint_fraction=hint_fraction)
     report = result.sandbox.report if result.sandbox else None
     write_env_dir(env_dir, spec, target, checks=report.model_dump() if report else None, module_source=result.source)
     return SynthesisOutcome(name, "llm", env_dir, report, rounds=len(result.rounds))
