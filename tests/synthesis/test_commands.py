@@ -82,7 +82,13 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
     bands = tmp_path / "bands.json"
     write_json(bands, {"min_std": 0.1})
     out = str(tmp_path / "o")
+    reads_only = tmp_path / "reads_only" / "tools.json"
+    reads_only.parent.mkdir()
+    write_json(reads_only, [{"type": "function", "x-tool-type": "read", "function": {"name": "get_thing",
+               "parameters": {"type": "object", "properties": {"thing_id": {"type": "string"}}, "required": ["thing_id"]}}}])
     cases = [
+        (["synthesize", "--capabilities", str(caps), "--target", str(reads_only), "--out", out],
+         "no read tool shares an id parameter with a write tool"),
         (["synthesize", "--capabilities", str(tmp_path / "missing.json"), "--target", retail.source, "--out", out],
          "missing.json: no such file"),
         (["synthesize", "--capabilities", str(broken), "--target", retail.source, "--out", out], "broken.json:2: not valid JSON"),
