@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=64, help="held-out seeds per capability")
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-steps", type=int, default=200, help="gate-training steps")
+    ap.add_argument("--gate-batch-size", type=int, default=8, help="sequences per gate-training step")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
@@ -87,9 +88,6 @@ def main() -> None:
         print(f"{n}: {sum(t.passed for t in trajs)}/{len(trajs)} training rollouts passed", flush=True)
     write_jsonl(args.out / "rollouts.jsonl", rollouts)
 
-    if args.stand_in_adapters is not None:  # routing only: the stand-ins are not trained, success would mean nothing
-        for t in rollouts:
-            t.passed = True
     heldout = {n: [EVAL_SEED_START + i for i in range(args.eval_episodes)] for n in names}
     prompts = []
     for n in names:
@@ -113,7 +111,10 @@ def main() -> None:
     for mode in args.modes:
         out = args.out / mode
         options = ComposeOptions(mode=mode, capabilities_file=str(args.out / "capabilities.json"), trajectories=[str(args.out / "rollouts.jsonl")],
-                                 heldout_fraction=0.0, successful_only=not args.all_rollouts, gate=GateTrainingConfig(max_steps=args.max_steps, logging_steps=max(1, args.max_steps // 10)))
+                                 heldout_fraction=0.0,
+                                 # untrained stand-ins rarely succeed: routing-only runs train the gates on every rollout
+                                 successful_only=not (args.all_rollouts or args.stand_in_adapters is not None), gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
+                                                                          logging_steps=max(1, args.max_steps // 10)))
         spec = build_composition(adapter_dirs, args.base, out, options, on_gate_log=lambda r: print(f"  gates {r}", flush=True))
         composed = load_composed(out, device="cpu")
         composition = composed.tracerl_composition
