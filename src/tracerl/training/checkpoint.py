@@ -72,7 +72,10 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
                                     "metrics_rows": state.metrics_rows})
     _fsync_dir(tmp)
     current, old = out / CHECKPOINT, out / _OLD
-    if old.exists():
+    for stale in out.glob(".checkpoint.*"):  # temporary folders of a run killed while writing one
+        if stale != tmp and stale != old and stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+    if old.exists() and current.exists():
         shutil.rmtree(old)
     if current.exists():
         os.replace(current, old)
