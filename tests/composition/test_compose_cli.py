@@ -8,6 +8,7 @@ import pytest
 import torch
 from composition_helpers import make_adapter, save_base, tiny_model, toy_tokenizer
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from tracerl.cli import main
 from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
@@ -125,6 +126,8 @@ def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):
     assert "no adapter for ['beta']" in err and len(err.strip().splitlines()) == 1
     assert not (out / "composition.json").exists()
     assert main(["compose", "--adapters", str(adapters[0]), "--base", str(base_dir), "--out", str(out), "--mode", "mixture"]) == 2
+    assert main(["serve", "--router", str(out), "--upstream", "http://127.0.0.1:9/v1"]) == 2  # not a composed directory
+    assert "no composition.json" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("mode", ["moe", "merge"])
@@ -155,3 +158,31 @@ def test_serve_a_composed_model_over_the_openai_api(workspace, mode):
         engine.close()
     with pytest.raises(InputError, match="--lora cannot be combined"):
         composed_server_policy(str(out), "cpu", "raw_logprobs", None, [("x", str(adapters[0]))])
+
+
+def test_router_proxy_in_front_of_a_one_lora_per_request_server(workspace):
+    """The proxy routes requests for the composed name to the chosen adapter of the upstream server
+    (here `tracerl serve` with the adapters loaded by name, as vLLM's --lora-modules would)."""
+    from fastapi.testclient import TestClient
+
+    from tracerl.composition.proxy import create_router_proxy
+    from tracerl.serve.server import ServerThread
+
+    root, base_dir, adapters, tokenizer = workspace
+    out = root / "composed-proxy"
+    assert compose_cli(root, base_dir, adapters, out, "--mode", "router", "--name", "trace") == 0
+    composition = load_composed(out).tracerl_composition
+    policy = LocalPolicy(AutoModelForCausalLM.from_pretrained(str(base_dir)).eval(), tokenizer)
+    for path in adapters:
+        policy.load_adapter(path.name, str(path))
+    with ServerThread(policy, served_model_name="base") as upstream:
+        proxy = TestClient(create_router_proxy(composition, upstream.base_url, served_model_name="trace", upstream_base_name="base"))
+        assert [m["id"] for m in proxy.get("/v1/models").json()["data"]] == ["base", "alpha", "beta", "trace"]
+        for text, adapter in (("cancel my reservation please (ticket 99)", "alpha"), ("look up the order status (ticket 98)", "beta")):
+            messages = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": text}]
+            routed = proxy.post("/v1/chat/completions", json={"model": "trace", "messages": messages, "max_tokens": 4, "temperature": 0})
+            assert routed.status_code == 200, routed.text
+            assert routed.headers["x-tracerl-route"] == adapter and routed.json()["model"] == "trace"
+            direct = proxy.post("/v1/chat/completions", json={"model": adapter, "messages": messages, "max_tokens": 4, "temperature": 0})
+            assert direct.json()["model"] == adapter
+            assert direct.json()["choices"][0]["message"] == routed.json()["choices"][0]["message"]

@@ -24,11 +24,19 @@ def serve_command(
     max_batch_size: Annotated[int, typer.Option(help="Rows batched together in one generation.")] = 16,
     max_queue: Annotated[int, typer.Option(help="Requests waiting beyond which the server answers 503.")] = 256,
     logprobs_mode: Annotated[str, typer.Option(help="raw_logprobs (vLLM's default) or processed_logprobs.")] = "raw_logprobs",
+    router: Annotated[Optional[str], typer.Option(help="A router/merge composed directory: route requests for it to --upstream's adapters.")] = None,
+    upstream: Annotated[Optional[str], typer.Option(help="With --router: the one-LoRA-per-request server (vLLM) to forward to, e.g. http://host:8000/v1.")] = None,
 ) -> None:
     """Serve a model (and LoRA adapters by name) over HTTP with the OpenAI API; Ctrl-C stops it."""
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.serve.server import serve_forever
 
+    if router is not None or upstream is not None:  # task-level routing proxy (tracerl.composition.proxy)
+        if not (router and upstream):
+            raise InputError("--router and --upstream go together")
+        from tracerl.composition.proxy import serve_router_proxy
+
+        return serve_router_proxy(router, upstream, host=host, port=port, served_model_name=served_model_name, upstream_base_name=None, device=device)
     if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
         raise InputError(f"--logprobs-mode must be raw_logprobs or processed_logprobs, got '{logprobs_mode}'")
     if not 0 < port < 65536:
