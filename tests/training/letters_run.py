@@ -56,11 +56,6 @@ def check_ddp(base: str, out: Path) -> None:
     assert torch.allclose(mine, ref, atol=1e-2 * cfg.learning_rate), (mine - ref).abs().max().item()
     everyone = all_gather(world, mine)
     assert all(torch.equal(everyone[0], x) for x in everyone), "ranks diverged"
-    # and the full loop runs under torchrun
-    trainer2 = build_trainer(config(2), base, LetterEnv, out / "loop", world=world)
-    trainer2.train()
-    final = all_gather(world, torch.cat([p.detach().flatten() for p in trainer2.params]))
-    assert all(torch.equal(final[0], x) for x in final), "ranks diverged after training"
     if world.rank == 0:
         print("DDP-OK", len(seqs), "sequences")
     shutdown(world)

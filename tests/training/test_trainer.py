@@ -159,3 +159,22 @@ def test_torchrun_two_processes_gloo(base, tmp_path):
                           "--check-ddp"], env=_env(), capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "DDP-OK" in out.stdout
+
+
+@pytest.mark.slow
+def test_tracerl_train_under_torchrun(base, tmp_path):
+    """The same command, two gloo processes: rollouts and batch sharded, one adapter written."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("num_generations: 2\ngroups_per_step: 2\nmax_steps: 2\nmax_new_tokens: 6\neval_episodes: 2\n"
+                   "learning_rate: 0.01\nlora: {r: 4, lora_alpha: 8}\n")
+    out = tmp_path / "out"
+    run = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "tracerl"),
+                          "train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(cfg), "--json"],
+                         env=_env(), capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout)
+    assert summary["world_size"] == 2 and summary["steps"] == 2
+    assert json.loads((out / "train_config.json").read_text())["world_size"] == 2
+    assert [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
+    assert (out / "adapter_model.safetensors").exists()

@@ -81,12 +81,17 @@ def register(app: typer.Typer) -> None:
 
         console = Console(stderr=True)
         jobs = [(d, out / d.name) for d in capability_dirs(env)] if all_ else [(env, out)]
-        summaries = [
-            train_one(e, base, o, config=config, resume=resume, max_rollouts=max_rollouts, max_steps=max_steps,
-                      seed=seed, adapter=adapter, server=server, served_model=served_model, quiet=as_json,
-                      console=console)
-            for e, o in jobs
-        ]
+        from tracerl.training.distributed import init_world, shutdown
+
+        try:
+            summaries = [
+                train_one(e, base, o, config=config, resume=resume, max_rollouts=max_rollouts, max_steps=max_steps,
+                          seed=seed, adapter=adapter, server=server, served_model=served_model, quiet=as_json,
+                          console=console)
+                for e, o in jobs
+            ]
+        finally:
+            shutdown(init_world())
         if summaries and summaries[0]["rank"] != 0:
             return
         if as_json:
