@@ -29,6 +29,7 @@ class Target:
     source: str  # "airline" (built-in) or the tools.json path it was read from
     preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
     closing: tuple[str, ...] = ()  # its lines after the domain rules
+    value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -43,6 +44,7 @@ class Target:
             "source": self.source,
             "preamble": list(self.preamble),
             "closing": list(self.closing),
+            "value_examples": self.value_examples or {},
             "tools": [{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools],
         }
 
@@ -55,6 +57,7 @@ class Target:
             source=data.get("source", data["name"]),
             preamble=tuple(data.get("preamble", ())),
             closing=tuple(data.get("closing", ())),
+            value_examples=data.get("value_examples") or None,
         )
 
 
@@ -90,7 +93,32 @@ def _builtin_airline() -> Target:
     preamble, closing = split_prompt(prompt)
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
-                  preamble=preamble or (title,), closing=closing)
+                  preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env))
+
+
+def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
+    """String argument values of the env's gold actions (info["gold_actions"]) on the first seeds, by
+    parameter name — ids and codes in the target's own shapes (e.g. user ids from its name pool)."""
+    found: dict[str, list[str]] = {}
+
+    def add(name: str, value: Any) -> None:
+        if isinstance(value, str) and any(c.isdigit() for c in value):
+            bucket = found.setdefault(name, [])
+            if value not in bucket and len(bucket) < per_parameter:
+                bucket.append(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                add(k, v)
+        elif isinstance(value, list):
+            for v in value:
+                add(name[:-1] if name.endswith("s") else name, v)
+
+    for seed in range(seeds):
+        _, info = env.reset(seed=seed)
+        for action in info.get("gold_actions", []):
+            for name, value in action.get("arguments", {}).items():
+                add(name, value)
+    return found
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")

@@ -10,7 +10,10 @@ from __future__ import annotations
 import random
 import re
 import string
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+Examples = Mapping[str, Sequence[str]]  # parameter name -> values seen in the target (e.g. its gold actions)
 
 from tracerl.core.tools import ToolSchema
 
@@ -55,8 +58,11 @@ def shaped_like(example: str, rng: random.Random) -> str:
     return value
 
 
-def id_value(spec: dict[str, Any], name: str, rng: random.Random) -> str:
-    """An identifier for parameter `name` shaped like its description's example."""
+def id_value(spec: dict[str, Any], name: str, rng: random.Random, seen: Examples | None = None) -> str:
+    """An identifier for parameter `name` shaped like a value the target uses (`seen`), else like its
+    description's example."""
+    if seen and seen.get(name):
+        return shaped_like(rng.choice(list(seen[name])), rng)
     examples = [e for e in examples_of(spec.get("description", "")) if any(c.isalnum() for c in e)]
     if examples:
         value = shaped_like(rng.choice(examples), rng)
@@ -65,14 +71,16 @@ def id_value(spec: dict[str, Any], name: str, rng: random.Random) -> str:
     return f"{name.removesuffix('_id')}_{rng.randint(1000, 9999)}"
 
 
-def sample_value(spec: dict[str, Any], name: str, rng: random.Random, defs: dict[str, Any] | None = None) -> Any:
-    """A valid value for a parameter schema (resolving $ref/anyOf), seeded by `rng`."""
+def sample_value(spec: dict[str, Any], name: str, rng: random.Random, defs: dict[str, Any] | None = None,
+                 seen: Examples | None = None) -> Any:
+    """A valid value for a parameter schema (resolving $ref/anyOf), seeded by `rng`; string values are
+    shaped like the target's own values of that parameter (`seen`) when there are any."""
     defs = defs or {}
     if "$ref" in spec:
         spec = {**defs.get(spec["$ref"].split("/")[-1], {}), "description": spec.get("description", "")}
     if "anyOf" in spec:
         options = [s for s in spec["anyOf"] if s.get("type") != "null"] or spec["anyOf"]
-        return sample_value(options[0], name, rng, defs)
+        return sample_value(options[0], name, rng, defs, seen)
     if "enum" in spec:
         return rng.choice(list(spec["enum"]))
     kind = spec.get("type")
@@ -81,6 +89,8 @@ def sample_value(spec: dict[str, Any], name: str, rng: random.Random, defs: dict
         choices = choices_of(description)
         if choices:
             return rng.choice(choices)
+        if seen and seen.get(name):
+            return shaped_like(rng.choice(list(seen[name])), rng)
         if name.endswith("_id") or "such as" in description:
             examples = examples_of(description)
             if examples:
@@ -96,14 +106,15 @@ def sample_value(spec: dict[str, Any], name: str, rng: random.Random, defs: dict
         item_name = name[:-1] if name.endswith("s") else name
         items = dict(spec.get("items", {}))
         items.setdefault("description", description)  # "The item ids …, each such as '1008292230'"
-        return [sample_value(items, item_name, rng, defs) for _ in range(rng.randint(1, 2))]
+        return [sample_value(items, item_name, rng, defs, seen) for _ in range(rng.randint(1, 2))]
     if kind == "object":
         props = spec.get("properties", {})
-        return {k: sample_value(v, k, rng, defs) for k, v in props.items()}
+        return {k: sample_value(v, k, rng, defs, seen) for k, v in props.items()}
     return f"{name}_{rng.randint(100, 999)}"
 
 
-def sample_arguments(schema: ToolSchema, rng: random.Random, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+def sample_arguments(schema: ToolSchema, rng: random.Random, fixed: dict[str, Any] | None = None,
+                     seen: Examples | None = None) -> dict[str, Any]:
     """Values for every required parameter of `schema`; `fixed` ones (e.g. the id) are given."""
     fixed = fixed or {}
     params = schema.parameters
@@ -113,5 +124,5 @@ def sample_arguments(schema: ToolSchema, rng: random.Random, fixed: dict[str, An
         if pname in fixed:
             out[pname] = fixed[pname]
         else:
-            out[pname] = sample_value(params["properties"][pname], pname, rng, defs)
+            out[pname] = sample_value(params["properties"][pname], pname, rng, defs, seen)
     return out

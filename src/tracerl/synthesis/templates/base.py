@@ -116,7 +116,7 @@ class TemplateEnv(ToolEnv):
         from tracerl.synthesis.values import id_value
 
         user = self.user_tool()
-        return id_value(user.parameters["properties"]["user_id"], "user_id", rng) if user else None
+        return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
     def opening(self, requests: list[str]) -> tuple[str, str]:
         """(opening, restatement) in the airline user's style: "Hi! I want to …" / "I want to: …; …"."""
@@ -136,6 +136,12 @@ class TemplateEnv(ToolEnv):
             text = " ".join(words[:at + n] + [record_id] + words[at + n:])
         details = self.render_args(arguments or {}, self.id_param)
         return f"{text} ({details})" if details else text
+
+    def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
+        """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""
+        from tracerl.synthesis.values import sample_arguments
+
+        return sample_arguments(act, rng, {self.id_param: record_id}, self.target.value_examples)
 
     @staticmethod
     def phrase(act: ToolSchema) -> str:
@@ -271,7 +277,7 @@ class TemplateEnv(ToolEnv):
 
         ids: list[str] = []
         while len(ids) < n:
-            value = id_value(self.id_spec(), self.id_param, rng)
+            value = id_value(self.id_spec(), self.id_param, rng, self.target.value_examples)
             if value not in ids:
                 ids.append(value)
         return ids

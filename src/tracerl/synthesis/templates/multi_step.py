@@ -14,7 +14,6 @@ from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.synthesis.target import ToolFamily, is_flat
 from tracerl.synthesis.templates.base import Task, TemplateEnv
-from tracerl.synthesis.values import sample_arguments
 
 
 class MultiStepCompletionEnv(TemplateEnv):
@@ -32,7 +31,7 @@ class MultiStepCompletionEnv(TemplateEnv):
         for record_id in ids:
             records[record_id] = self.make_record(record_id, rng)
             act = rng.choice(self.acts)
-            args = sample_arguments(act, rng, {self.id_param: record_id})
+            args = self.arguments(act, rng, record_id)
             gold.append(Action(name=act.name, arguments=args))
             lines.append(self.request_phrase(act, record_id, args))
         request, restate = self.opening(lines)

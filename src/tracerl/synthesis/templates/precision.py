@@ -16,7 +16,6 @@ from tracerl.core.messages import Action, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.synthesis.target import ToolFamily, argument_complexity, is_flat
 from tracerl.synthesis.templates.base import Task, TemplateEnv
-from tracerl.synthesis.values import sample_arguments
 
 
 class ToolCallPrecisionEnv(TemplateEnv):
@@ -34,13 +33,13 @@ class ToolCallPrecisionEnv(TemplateEnv):
         records, gold, lines = {}, [], []
         for record_id in ids:
             records[record_id] = self.make_record(record_id, rng)
-            args = sample_arguments(act, rng, {self.id_param: record_id})
+            args = self.arguments(act, rng, record_id)
             gold.append(Action(name=act.name, arguments=args))
             line = self.request_phrase(act, record_id, args)
             others = [k for k in args if k != self.id_param]
             if self.difficulty >= 1 and others:
                 name = rng.choice(others)
-                old = sample_arguments(act, rng, {self.id_param: record_id})[name]
+                old = self.arguments(act, rng, record_id)[name]
                 if canonical_json(old) != canonical_json(args[name]):
                     line += f", not my old {name.replace('_', ' ')} {json.dumps(old, ensure_ascii=False)}"
             lines.append(line)

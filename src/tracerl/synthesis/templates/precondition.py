@@ -15,7 +15,6 @@ from typing import Any
 
 from tracerl.core.messages import Action
 from tracerl.synthesis.templates.base import Task, TemplateEnv
-from tracerl.synthesis.values import sample_arguments
 
 AMOUNT_LIMIT = 500
 
@@ -61,7 +60,7 @@ class PreconditionVerificationEnv(TemplateEnv):
             if "flagged" not in self.conditions():
                 fields["flagged"] = rng.random() < 0.3
             records[record_id] = self.make_record(record_id, rng, **fields)
-            args = sample_arguments(act, rng, {self.id_param: record_id})
+            args = self.arguments(act, rng, record_id)
             gold.append(Action(name=self.family.check.name, arguments={self.id_param: record_id}))
             if ok:
                 gold.append(Action(name=act.name, arguments=args))

@@ -13,7 +13,6 @@ import random
 
 from tracerl.core.messages import Action
 from tracerl.synthesis.templates.base import Task, TemplateEnv
-from tracerl.synthesis.values import sample_arguments
 
 CRITERIA = {
     "highest": ("with the highest amount", lambda r: r["amount"], max),
@@ -50,7 +49,7 @@ class StructuredDataReasoningEnv(TemplateEnv):
         pool = [r for r in records.values() if r["status"] == "active"] if filtered else list(records.values())
         chosen = pick(pool, key=field_of)[self.id_param]
         act = self.acts[0]
-        args = sample_arguments(act, rng, {self.id_param: chosen})
+        args = self.arguments(act, rng, chosen)
         details = self.render_args(args, self.id_param)
         among = " among the active ones" if filtered else ""
         want = (f"{self.phrase(act)} for the one of my {self.entity}s {', '.join(ids)} {text}{among}"
