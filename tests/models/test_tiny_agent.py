@@ -1,0 +1,60 @@
+"""The shipped tiny agent: a real Qwen3 checkpoint that from_pretrained loads, with its build record."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tracerl.core.policy import Session
+from tracerl.envs.airline import TEST_SEEDS
+from tracerl.envs.reference import GREETING
+from tracerl.envs.registry import make_env, make_policy
+from tracerl.models import TINY_AGENT_DIR
+from tracerl.models.chat import ChatFormat
+
+
+@pytest.fixture(scope="module")
+def agent():
+    model = AutoModelForCausalLM.from_pretrained(TINY_AGENT_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(TINY_AGENT_DIR)
+    return model.eval(), tokenizer
+
+
+def test_it_is_a_small_qwen3_checkpoint_with_a_build_record(agent):
+    model, tokenizer = agent
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.model_type == "qwen3"
+    assert model.config.vocab_size == len(tokenizer)
+    assert (TINY_AGENT_DIR / "model.safetensors").stat().st_size < 8_000_000
+    build = json.loads((TINY_AGENT_DIR / "build.json").read_text())
+    assert build["command"].startswith("tracerl build-agent")
+    for key in ("seed", "policy", "episodes"):
+        assert key in build["recipe"]
+    assert build["model"]["parameters"] == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    assert build["minutes"] > 0 and build["training"]["tokens_per_second"] > 0
+    assert 0.0 <= build["test"]["greedy_pass_rate"] <= 1.0
+
+
+def test_its_tokenizer_round_trips_and_templates_tools(agent):
+    _, tokenizer = agent
+    env = make_env("airline", split="test")
+    messages, _ = env.reset(seed=TEST_SEEDS[0])
+    chat = ChatFormat(tokenizer)
+    text = chat.render(messages, env.tools, add_generation_prompt=True)
+    assert "get_reservation_details(reservation_id)" in text and text.endswith("<|im_start|>assistant\n")
+    for sample in (text, "ünïcode 😀 {\"a\": [1, 2]}\t\n  x"):
+        assert chat.decode(chat.encode(sample)) == sample
+
+
+def test_it_plays_the_airline_opening_greedily(agent):
+    policy = make_policy("model", seed=0)
+    env = make_env("airline", split="test")
+    messages, info = env.reset(seed=TEST_SEEDS[0])
+    session = Session(messages=list(messages), tools=env.tools, info=info)
+    [reply] = policy.act([session])
+    assert reply.content == GREETING  # learned from the reference policy's opening
+    session.messages.append(reply)
+    out, *_ = env.step(reply)
+    session.messages.extend(out)
+    [call] = policy.act([session])
+    assert call.tool_calls and call.tool_calls[0].name == "get_user_details"
+    assert session.state.parse_errors == []
