@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--rollouts", type=int, default=16)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--part", choices=["sampling", "server"])
     args = parser.parse_args()
     if args.part == "sampling":

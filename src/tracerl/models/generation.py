@@ -147,9 +147,10 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
         logits = out.logits[:, -1, :].float()
         tokens = []
         keep = []
+        sampled = _sample_rows(logits, [requests[i] for i in alive], logprobs_mode)
         for row, i in enumerate(alive):
             req, res = requests[i], results[i]
-            token, logprob, top = _sample_row(logits[row], req, logprobs_mode)
+            token, logprob, top = sampled[row]
             res.token_ids.append(token)
             res.logprobs.append(logprob)
             if req.top_logprobs:
@@ -237,23 +238,38 @@ def shared_prefix_length(prompts: list[list[int]], minimum: int = 32) -> int:
     return n if n >= minimum else 0
 
 
-def _sample_row(logits: torch.Tensor, req: GenerationRequest, mode: LogprobsMode) -> tuple[int, float, list[tuple[int, float]]]:
+def _sample_rows(logits: torch.Tensor, reqs: list[GenerationRequest], mode: LogprobsMode) -> list[tuple[int, float, list[tuple[int, float]]]]:
+    """Sample one token per row, vectorised: each row draws one uniform number from its own
+    generator and takes the inverse CDF of its (temperature, top-p) distribution; temperature 0 rows
+    take the argmax. Returns (token, log-prob under `mode`, top log-probs) per row."""
     raw = F.log_softmax(logits, dim=-1)
-    if req.temperature <= 0:
-        token = int(torch.argmax(logits))
-        processed = raw
-    else:
-        scaled = logits / req.temperature
-        if req.top_p < 1.0:
-            scaled = top_p_filter(scaled, req.top_p)
-        processed = F.log_softmax(scaled, dim=-1)
-        token = int(torch.multinomial(processed.exp(), 1, generator=req.generator))
+    temperatures = torch.tensor([r.temperature for r in reqs], dtype=logits.dtype, device=logits.device)
+    sampling = temperatures > 0
+    tokens = torch.argmax(logits, dim=-1)
+    processed = raw
+    if bool(sampling.any()):
+        scaled = logits / torch.where(sampling, temperatures, torch.ones_like(temperatures)).unsqueeze(1)
+        for row, r in enumerate(reqs):
+            if r.temperature > 0 and r.top_p < 1.0:
+                scaled[row] = top_p_filter(scaled[row], r.top_p)
+        processed = torch.where(sampling.unsqueeze(1), F.log_softmax(scaled, dim=-1), raw)
+        uniforms = torch.stack([torch.rand((), generator=r.generator, device=logits.device) for r in reqs])
+        cdf = processed.exp().cumsum(dim=-1)
+        target = (uniforms * cdf[:, -1]).clamp(min=torch.finfo(cdf.dtype).tiny)  # never a zero-probability token
+        drawn = torch.searchsorted(cdf, target.unsqueeze(1)).squeeze(1)
+        drawn = drawn.clamp(max=logits.shape[-1] - 1)
+        tokens = torch.where(sampling, drawn, tokens)
     dist = raw if mode == "raw_logprobs" else processed
-    top: list[tuple[int, float]] = []
-    if req.top_logprobs:
-        values, ids = torch.topk(dist, min(req.top_logprobs, dist.numel()))
-        top = [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist(), strict=True)]
-    return token, float(dist[token]), top
+    chosen = dist.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    out = []
+    for row, (token, logprob) in enumerate(zip(tokens.tolist(), chosen.tolist(), strict=True)):
+        k = reqs[row].top_logprobs
+        top: list[tuple[int, float]] = []
+        if k:
+            values, ids = torch.topk(dist[row], min(k, dist.shape[-1]))
+            top = [(int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist(), strict=True)]
+        out.append((int(token), float(logprob), top))
+    return out
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
