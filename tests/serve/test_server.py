@@ -200,3 +200,25 @@ def test_remote_policy_reports_a_dead_endpoint(tokenizer):
     remote = RemotePolicy(f"http://127.0.0.1:{free_port()}/v1", tokenizer, model="toy", max_retries=1, timeout=2)
     with pytest.raises(RemotePolicyError, match="no answer"):
         remote.act([Session(messages=[Message.user("hi")], tools=[])])
+
+
+def test_the_shipped_agent_answers_with_a_tool_call_over_http():
+    from tracerl.envs.airline import TEST_SEEDS
+    from tracerl.envs.reference import GREETING
+    from tracerl.envs.registry import make_env
+    from tracerl.models.local import load_model
+
+    model, tok = load_model("tiny-agent", device="cpu")
+    env = make_env("airline", split="test")
+    messages, _ = env.reset(seed=TEST_SEEDS[0])
+    out, *_ = env.step(Message.assistant(GREETING))  # the user gives their id
+    conversation = [m.to_openai() for m in messages + [Message.assistant(GREETING)] + out]
+    with ServerThread(LocalPolicy(model, tok), served_model_name="tiny-agent") as srv:
+        client = OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+        reply = client.chat.completions.create(model="tiny-agent", messages=conversation,
+                                               tools=[t.to_openai() for t in env.tools], temperature=0, max_tokens=64)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_user_details"
+    assert set(json.loads(call.function.arguments)) == {"user_id"}
