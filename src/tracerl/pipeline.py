@@ -291,28 +291,34 @@ class Pipeline:
 
         cfg = self.cfg.compose
         caps = self.built_envs()
-        # Gate-training data: successful rollouts of each adapter on its own environment (held-out
-        # training seeds, sampled at the training temperature), labelled with the capability.
+        # Gate-training data: rollouts of each adapter on its own environment (seeds apart from
+        # training and evaluation), labelled with the capability. TRACE trains the gates on the
+        # successful ones; an adapter with no success contributes its best-rewarded rollouts
+        # instead (recorded in gate_data/summary.json), so a weak agent still gets a router.
         policy = self.policy(temperature=self.cfg.train.temperature, seed=self.cfg.seed + 1,
                              adapters={c: self.path(f"adapters/{c}") for c in caps})
-        paths, rollouts = [], 0
+        paths, rollouts, kept = [], 0, {}
         for cap in caps:
             seeds = [500_000 + i for i in range(cfg.episodes_per_capability)]
             trajs = rollout(load_env_dir(self.path(f"envs/{cap}")), policy,
                             [Episode(seed=s, adapter=cap) for s in seeds], batch_size=self.cfg.model.batch_size)
             rollouts += len(trajs)
-            good = [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in trajs if t.passed]
+            good = [t for t in trajs if t.passed]
+            source = "successful"
             if not good:
-                raise InputError(f"adapter {cap} solved none of {len(seeds)} gate-training episodes of its environment")
+                best = max(t.reward for t in trajs)
+                good, source = [t for t in trajs if t.reward == best], f"best reward {best:.2f} (no success)"
+            kept[cap] = {"trajectories": len(good), "of": len(trajs), "source": source}
             path = self.path(f"gate_data/{cap}.jsonl")
-            write_jsonl(path, good)
+            write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in good])
             paths.append(str(path))
-        write_json(self.path("gate_data/summary.json"), {"rollouts": rollouts})
+        write_json(self.path("gate_data/summary.json"), {"rollouts": rollouts, "kept": kept})
         summary: dict[str, Any] = {"gate_rollouts": rollouts}
         for mode in cfg.modes:
             options = ComposeOptions(mode=mode, capabilities_file=str(self.path("capabilities.json")),
                                      trajectories=paths, heldout_fraction=cfg.heldout_fraction, gate=cfg.gate,
-                                     top_p=cfg.top_p, model_name=TRACE_VARIANTS[mode], seed=self.cfg.seed)
+                                     top_p=cfg.top_p, model_name=TRACE_VARIANTS[mode], seed=self.cfg.seed,
+                                     successful_only=False)  # gate_data holds only what should train the gates
             spec = build_composition([str(self.path(f"adapters/{c}")) for c in caps], self.cfg.model.base,
                                      self.path(COMPOSED_DIRS[mode]), options)
             summary[mode] = {"routing_accuracy": getattr(spec, "routing_accuracy", None)}
