@@ -1,0 +1,86 @@
+"""The whole pipeline on a shrunken config with the shipped tiny agent: end to end, cached, resumed."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tracerl.cli import main
+from tracerl.core.io import read_json
+
+SMALL = """
+seed: 0
+model: {base: tiny-agent, max_new_tokens: 160, batch_size: 32}
+collect: {tasks: 48}
+select: {runs: 2, bootstrap: 100, max_selected: 2}
+synthesize: {calibration_seeds: 4, group_size: 4, max_rounds: 1}
+train: {num_generations: 4, groups_per_step: 2, max_steps: 3, eval_steps: 3, eval_episodes: 4,
+        learning_rate: 0.002, lora: {r: 4, lora_alpha: 8}}
+compose: {episodes_per_capability: 8, gate: {max_steps: 4}}
+eval: {tasks: 16, bootstrap: 200}
+"""
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL)
+    return path
+
+
+def _results(ws: Path) -> dict:
+    out = {}
+    for f in sorted((ws / "eval").glob("*.json")):
+        doc = read_json(f)
+        out[doc["variant"]] = (doc["pass1"]["mean"], doc["per_task"], doc["rollouts_used"])
+    return out
+
+
+@pytest.mark.slow
+def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
+    ws = tmp_path / "ws"
+    assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0
+    log = json.loads(capsys.readouterr().out)
+    stages = [s["stage"] for s in log["stages"]]
+    selected = read_json(ws / "capabilities.json")
+    caps = [c["name"] for c in selected["capabilities"] if c["selected"]]
+    assert caps, "the tiny agent's failures select at least one capability"
+    assert stages[:3] == ["collect", "select", "synthesize"]
+    assert [f"train:{c}" for c in caps] == [s for s in stages if s.startswith("train:")]
+    assert {"compose", "grpo_target", "eval:base", "eval:trace_moe", "eval:trace_router", "eval:grpo_target",
+            "eval:prompt_capabilities", "report"} <= set(stages)
+    report = read_json(ws / "report" / "report.json")
+    for variant in ("base", "trace_moe", "trace_router", "grpo_target", "prompt_capabilities"):
+        assert 0.0 <= report["evaluation"][variant]["pass1"]["mean"] <= 1.0
+    trace_budget = report["evaluation"]["trace_moe"]["rollouts_used"]
+    assert trace_budget > 0
+    assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
+    assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
+    # a second run changes nothing
+    assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0
+    assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])
+
+
+@pytest.mark.slow
+def test_pipeline_killed_mid_training_resumes_to_the_same_results(tmp_path):
+    config = _config(tmp_path)
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    cmd = [sys.executable, "-m", "tracerl.cli", "run", str(config), "-w"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(cmd + [str(reference)], check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(cmd + [str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if list((killed / "adapters").glob("*/checkpoint*")):  # the first adapter is training
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before training started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "report").exists()
+    subprocess.run(cmd + [str(killed)], check=True, env=env, capture_output=True)
+    assert _results(killed) == _results(reference)
