@@ -23,6 +23,7 @@ Workspace layout:
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class Pipeline:
         self.ws = Path(workspace)
         self.console = console or Console(stderr=True)
         self.log: list[dict[str, Any]] = []
+        self._forcing = False  # the running stage was forced (training then starts over)
 
     # --- shared helpers -------------------------------------------------------------------------
     def path(self, rel: str) -> Path:
@@ -156,6 +158,7 @@ class Pipeline:
                 raise InputError(f"stage '{stage.name}' has not run (or its inputs changed): run `tracerl run` first",
                                  path=str(self.ws))
             forced = stage.name in force or kind in force
+            self._forcing = forced
             ran, summary = run_stage(self.ws, stage, force=forced)
             done.add(stage.name)
             self.log.append({"stage": stage.name, "ran": ran, "summary": summary})
@@ -277,12 +280,25 @@ class Pipeline:
             def on_step(row: dict[str, Any]) -> None:
                 bar.update(row["step"] if max_rollouts is None else row["rollouts_used"])
 
+            resume = self._resumable(out, cfg, env_source)
+            if not resume and out.exists():
+                shutil.rmtree(out)  # a finished or stale run of other settings: start over
             trainer = build_trainer(cfg, self.cfg.model.base, make_env, out, env_source=env_source,
                                     server_url=self.cfg.model.server_url, on_step=on_step)
-            rows = trainer.train(resume=(out / "checkpoint").exists() or any(out.glob("checkpoint*")))
+            rows = trainer.train(resume=resume)
         evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
         return {"rollouts_used": rows[-1]["rollouts_used"] if rows else 0,
                 "eval_success_first": evals[0] if evals else None, "eval_success_last": evals[-1] if evals else None}
+
+    def _resumable(self, out: Path, cfg: Any, env_source: str) -> bool:
+        """A training run left by a killed pipeline with these very settings is resumed; anything
+        else (other settings, or `--force`) starts over."""
+        saved = out / "train_config.json"
+        if self._forcing or not saved.exists() or not any(out.glob("checkpoint*")):
+            return False
+        record = read_json(saved)
+        return record.get("config") == cfg.model_dump() and record.get("env") == env_source \
+            and record.get("base") == str(self.cfg.model.base)
 
     def compose(self) -> dict[str, Any]:
         from tracerl.composition.build import ComposeOptions, build_composition
@@ -334,7 +350,7 @@ class Pipeline:
         from tracerl.evaluation.evaluate import WithSystemNote, capability_note, summarize_variant
 
         cfg = self.cfg.eval
-        temperature = cfg.temperature if cfg.trials == 1 else max(cfg.temperature, 1e-6) or 1.0
+        temperature = cfg.temperature if cfg.trials == 1 or cfg.temperature > 0 else 1.0  # k greedy trials would agree
         adapter, rollouts_used = None, 0
         if variant.startswith("trace_"):
             from tracerl.composition.artifact import load_composed
