@@ -187,14 +187,13 @@ class Pipeline:
     def select(self) -> dict[str, Any]:
         from tracerl.selection.aggregate import SelectionParams
         from tracerl.selection.catalogue import builtin_capabilities, load_capabilities, merge_capabilities
+        from tracerl.selection.discovery import discover
+        from tracerl.selection.llm import ChatClient, LLMLabeller
+        from tracerl.selection.rules import RulesLabeller
         from tracerl.selection.select import select_capabilities
 
         cfg = self.cfg.select
         trajectories = read_jsonl(self.path("rollouts/base.jsonl"), Trajectory)
-        from tracerl.selection.discovery import discover
-        from tracerl.selection.llm import ChatClient, LLMLabeller
-        from tracerl.selection.rules import RulesLabeller
-
         capabilities = builtin_capabilities()
         if cfg.capabilities:
             capabilities = merge_capabilities(capabilities, load_capabilities(cfg.capabilities))
