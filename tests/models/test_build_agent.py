@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, common_prefix_length,
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations,
                                         length_grouped_batches, sft_example, shared_prefix_loss)
 from tracerl.models.chat import ChatFormat
+from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
 
 
@@ -42,7 +43,7 @@ def test_shared_prefix_loss_equals_the_plain_loss():
     for n in (5, 9, 3):
         ids = prefix + torch.randint(1, 100, (n,), generator=g).tolist()
         batch.append((ids, [0] * 21 + [1] * (n - 1)))
-    assert common_prefix_length([b[0] for b in batch]) == 20
+    assert shared_prefix_length([b[0] for b in batch], minimum=0) == 20
     shared, n_tokens = shared_prefix_loss(model, batch, 20, pad_id=0)
     ids, labels, attention = _collate(batch, 0)
     plain = model(input_ids=ids, attention_mask=attention, labels=labels).loss

@@ -32,6 +32,7 @@ from tracerl.core.io import write_json
 from tracerl.core.policy import Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.models.chat import ChatFormat
+from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
 from tracerl.models.tokenizer import train_tokenizer
 
@@ -211,7 +212,7 @@ def train_sft(
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
-    prefix_len = common_prefix_length([ids for ids, _ in examples])
+    prefix_len = shared_prefix_length([ids for ids, _ in examples], minimum=0)  # the system prompt
     log(f"shared prompt prefix: {prefix_len} tokens (computed once per batch)")
     order: list[list[int]] = []
     losses: list[float] = []
@@ -246,18 +247,6 @@ def train_sft(
         log(f"final validation greedy pass rate {evals[-1]['validation_pass_rate']:.3f}")
     model.eval()
     return {"losses": losses, "evals": evals, "tokens": tokens, "seconds": seconds}
-
-
-def common_prefix_length(sequences: list[list[int]]) -> int:
-    """Tokens every sequence starts with (the system prompt), leaving at least one token each."""
-    first = sequences[0]
-    n = min(len(s) for s in sequences) - 1
-    for seq in sequences[1:]:
-        k = 0
-        while k < n and seq[k] == first[k]:
-            k += 1
-        n = k
-    return max(n, 0)
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:

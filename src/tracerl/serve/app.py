@@ -21,6 +21,7 @@ import json
 import secrets
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -181,15 +182,19 @@ def create_app(
             g.manual_seed(session_seed(seed, k))
         return g
 
-    async def run(requests: list[GenerationRequest]) -> list[GenerationResult]:
+    async def submit(start: Callable[[], Any]) -> Any:
+        """Queue work on the engine's thread and await it: a full queue is 503, bad input 400."""
         try:
-            future = engine.generate(requests)
+            future = start()
         except QueueFull as e:
             raise APIError(503, str(e)) from None
         try:
             return await asyncio.wrap_future(future)
         except InputError as e:
             raise APIError(400, str(e)) from None
+
+    async def run(requests: list[GenerationRequest]) -> list[GenerationResult]:
+        return await submit(lambda: engine.generate(requests))
 
     def check_ids(ids: list[int]) -> list[int]:
         vocab = len(policy.tokenizer)
@@ -304,13 +309,7 @@ def create_app(
 
     async def _engine_call(fn) -> Any:
         try:
-            future = engine.call(fn)
-        except QueueFull as e:
-            raise APIError(503, str(e)) from None
-        try:
-            return await asyncio.wrap_future(future)
-        except InputError as e:
-            raise APIError(400, str(e)) from None
+            return await submit(lambda: engine.call(fn))
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise APIError(400, f"cannot load the adapter: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
