@@ -36,6 +36,7 @@ from tracerl.core.io import atomic_write_text, read_json, read_jsonl, write_json
 from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.evaluate import play
 from tracerl.stages import Stage, is_complete, run_stage
+from tracerl.training.trainer import read_metrics
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "eval", "report")
 TRACE_VARIANTS = {"moe": "trace_moe", "router": "trace_router", "merge": "trace_merge"}
@@ -83,7 +84,7 @@ class Pipeline:
         """Rollouts TRACE consumed: every adapter's GRPO rollouts plus the gate-training rollouts."""
         total = 0
         for cap in self.built_envs():
-            rows = _metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
+            rows = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
             total += rows[-1]["rollouts_used"] if rows else 0
         gate = self.path("gate_data/summary.json")
         return total + (read_json(gate)["rollouts"] if gate.exists() else 0)
@@ -364,11 +365,11 @@ class Pipeline:
             adapters = {}
             if variant == "grpo_target":
                 adapters = {"grpo_target": self.path("baselines/grpo_target")}
-                rollouts_used = _metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1]["rollouts_used"]
+                rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1]["rollouts_used"]
             elif variant.startswith("adapter:"):
                 cap = variant.split(":", 1)[1]
                 adapters = {cap: self.path(f"adapters/{cap}")}
-                rollouts_used = _metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1]["rollouts_used"]
+                rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1]["rollouts_used"]
             adapter = next(iter(adapters), None)
             policy = self.policy(temperature=temperature, seed=self.cfg.seed, adapters=adapters)
             if variant == "prompt_capabilities":
@@ -395,14 +396,6 @@ class Pipeline:
 
 def _stem(variant: str) -> str:
     return variant.replace(":", "-")
-
-
-def _metrics(path: Path) -> list[dict[str, Any]]:
-    import json
-
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 class _progress:

@@ -114,7 +114,7 @@ class GRPOTrainer:
         if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
             self._check_same_run()
             self.state = ckpt.load_checkpoint(found, self.model, self.optimizer, self.world.rank)
-            self.metrics = _read_rows(self.out / "metrics.jsonl")[: self.state.metrics_rows]
+            self.metrics = read_metrics(self.out / "metrics.jsonl")[: self.state.metrics_rows]
             if self.world.is_main:
                 self.backend.after_step(found / "adapter")
         else:
@@ -360,7 +360,8 @@ def _json(row: dict[str, Any]) -> str:
     return json.dumps(row, ensure_ascii=False)
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl ([] when there is none yet)."""
     import json
 
     if not path.exists():
