@@ -4,12 +4,12 @@ Byte-level BPE covers every byte, so `decode(encode(text)) == text` for any text
 markers and the tool-call tags are single added tokens, as in Qwen3's tokenizer.
 
 The pre-tokenizer is Qwen2/Qwen3's split pattern with one change. As in Qwen, every digit is its
-own token. Unlike Qwen, a word does not absorb the space before it; a lowercase word takes the
-space after it instead ("my user id is emma_lopez_940" → "is " + "emma" + "_lopez" + "_" + "9"…).
-So an id reads as the same tokens in prose and in a tool call's JSON (`"emma_lopez_940"`), and
-the token before it ("is ") says where it starts. A large model learns that " emma" and "emma"
-are one name; a model of a million parameters copies ids only when they are the same tokens in
-both places (measured: with Qwen's pattern the agent copied 1% of user ids exactly).
+own token. Unlike Qwen, a word does not absorb the space before it (" emma" is " " + "emma"), so
+an id reads as the same tokens in prose ("my user id is emma_lopez_940") and in a tool call's
+JSON (`"emma_lopez_940"`). A large model learns that " emma" and "emma" are the same name; a
+model of a million parameters copies ids only when they are the same token sequence in both
+places (measured: with Qwen's pattern the agent copied 1% of user ids exactly). The price is
+~25% more tokens on this domain's text.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from transformers import PreTrainedTokenizerFast
 
 from tracerl.models.templates import END_OF_TURN, MARKUP_TOKENS, SPECIAL_TOKENS, TINY_AGENT_TEMPLATE
 
-# Qwen2/Qwen3 tokenizer.json's Split pattern, with `[^\r\n\p{L}\p{N}]?\p{L}+` (a word may take the
-# space before it) replaced by: a lowercase word followed by one space and more text takes that
-# space; any other word takes a "_" or a quote before it, never a space.
+# Qwen2/Qwen3 tokenizer.json's Split pattern, with `[^\r\n\p{L}\p{N}]?\p{L}+` (a word may take
+# the space before it) narrowed to `[^\s\p{L}\p{N}]?\p{L}+` (it may take a "_" or quote, not a space).
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\s\p{L}\p{N}]?\p{Ll}+ (?=\S)|[^\s\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\s\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 
