@@ -37,6 +37,7 @@ from tracerl.composition.adapters import LoRAAdapter, LoRAModule
 from tracerl.composition.composed import compose
 from tracerl.composition.layers import GatedLoRALinear
 from tracerl.composition.merge import merge_adapters
+from tracerl.models.generation import _forward_signature
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -64,20 +65,21 @@ def sync(device: torch.device) -> None:
 @torch.no_grad()
 def decode_step_times(model, args, device, forward_kwargs=None) -> list[float]:
     forward_kwargs = forward_kwargs or {}
+    cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, args.vocab, (args.batch, args.prompt_len), generator=generator).to(device)
     out = model(input_ids=ids, use_cache=True, **forward_kwargs)
-    cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    cache, token = getattr(out, cache_name), out.logits[:, -1].argmax(-1, keepdim=True)
     clock = time.perf_counter if device.type == "cuda" else time.process_time
     times = []
     for _ in range(args.new_tokens):
         sync(device)
         start = clock()
-        out = model(input_ids=token, past_key_values=cache, use_cache=True, **forward_kwargs)
+        out = model(input_ids=token, use_cache=True, **{cache_name: cache}, **forward_kwargs)
         token = out.logits[:, -1].argmax(-1, keepdim=True)
         sync(device)
         times.append(clock() - start)
-        cache = out.past_key_values
+        cache = getattr(out, cache_name)
     return times
 
 

@@ -14,6 +14,7 @@ from tracerl.composition.composed import compose, gate_parameter_count
 from tracerl.composition.examples import GateExample
 from tracerl.composition.layers import GatedLoRALinear
 from tracerl.composition.training import GateTrainingConfig, train_gates
+from tracerl.models.generation import _forward_signature
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +49,12 @@ def test_single_expert_forced_equals_peft_model(setup, strategy):
         assert (expected - base(ids).logits).abs().max() > 1e-2  # the adapter does change the outputs
         assert torch.allclose(got, expected, atol=1e-5, rtol=0)
         # KV cache: prefill 5 tokens, then decode one at a time — same logits
+        cache_name, _ = _forward_signature(model)  # "cache" in recent transformers
         out = model(ids[:, :5], use_cache=True)
-        cache, steps = out.past_key_values, [out.logits]
+        cache, steps = getattr(out, cache_name), [out.logits]
         for t in range(5, 9):
-            out = model(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(ids[:, t : t + 1], use_cache=True, **{cache_name: cache})
+            cache = getattr(out, cache_name)
             steps.append(out.logits)
         assert torch.allclose(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=0)
 

@@ -16,6 +16,7 @@ from tracerl.composition.composed import Capability, compose, top1_weights, top_
 from tracerl.composition.merge import merge_adapters
 from tracerl.composition.router import TaskRouter, route_names
 from tracerl.core.messages import Message
+from tracerl.models.generation import _forward_signature
 
 CAPS = [Capability(name="alpha", description="cancels reservations"), Capability(name="beta", description="looks up orders")]
 
@@ -151,15 +152,17 @@ def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
     attention = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
     step = torch.tensor([[5], [6], [7]])
     with torch.no_grad():
+        cache_name, _ = _forward_signature(model)  # "cache" in recent transformers
         out = model(input_ids=ids, attention_mask=attention, use_cache=True)
-        assert torch.equal(out.past_key_values.tracerl_routing_weights, weights)
-        out.past_key_values.batch_select_indices(torch.tensor([0, 2]))  # row 1 finished
+        cache = getattr(out, cache_name)
+        assert torch.equal(cache.tracerl_routing_weights, weights)
+        cache.batch_select_indices(torch.tensor([0, 2]))  # row 1 finished
         keep = torch.tensor([0, 2])
         nxt = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
-                     past_key_values=out.past_key_values, use_cache=True).logits
+                    use_cache=True, **{cache_name: cache}).logits
         explicit = model(input_ids=ids[keep], attention_mask=attention[keep], use_cache=True, routing_weights=weights[keep])
         expected = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
-                         past_key_values=explicit.past_key_values, use_cache=True, routing_weights=weights[keep]).logits
+                         use_cache=True, routing_weights=weights[keep], **{cache_name: getattr(explicit, cache_name)}).logits
     assert torch.allclose(nxt, expected, atol=1e-5, rtol=0)
     assert composition.task_weights is None
 

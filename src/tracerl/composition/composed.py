@@ -340,7 +340,9 @@ def _accept_routing_weights(model: nn.Module, composition: Composition) -> None:
             out = original(*args, **kwargs)
         finally:
             composition.task_weights = previous
-        cache = getattr(out, "past_key_values", None)
+        cache = getattr(out, "cache", None)  # transformers ≥ 5.2x; `past_key_values` before
+        if cache is None:
+            cache = getattr(out, "past_key_values", None)
         if attach is not None and cache is not None:
             _carry_weights(cache, attach)
         return out

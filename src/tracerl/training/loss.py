@@ -48,7 +48,7 @@ def token_logprobs(
 
     cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
     head = model(input_ids=ids[:1, :prefix_len], use_cache=True)
-    cache = getattr(head, cache_name, None) or head.past_key_values
+    cache = getattr(head, cache_name)
     cache.batch_repeat_interleave(rows)
     positions = torch.arange(prefix_len, width, device=ids.device).expand(rows, -1)
     tail = model(input_ids=ids[:, prefix_len:], attention_mask=attention_mask, position_ids=positions,
