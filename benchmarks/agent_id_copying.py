@@ -1,0 +1,102 @@
+"""Does an agent copy ids? Per-token accuracy on the ids it must copy from the context.
+
+    python benchmarks/agent_id_copying.py --model DIR [--rollouts test.jsonl]
+
+1. Teacher-forced: in held-out demonstrations of the flawed airline policy (train seeds 2,100 +
+   i, beyond the 2,000 `build-agent` trains on), the model's greedy next-token prediction on each
+   token of the user id in the first `get_user_details` call and of the opening's reservation id
+   in the first `get_reservation_details` call — "k/n" per position, so a model that finds the
+   first token but not the rest (or the reverse) shows it.
+2. Free generation (with --rollouts, e.g. from `tracerl collect --policy model:DIR`): the share of
+   first `get_user_details` calls whose user id is exact, and whose first name, last name and
+   digits are right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+
+def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
+    from tracerl.models.build_agent import sft_example
+    from tracerl.models.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    hits: dict[str, dict[int, list[int]]] = {"user_id": defaultdict(lambda: [0, 0]), "reservation_id": defaultdict(lambda: [0, 0])}
+    for trajectory in demos:
+        ids, mask = sft_example(chat, trajectory)
+        values = {"user_id": user_id_of(trajectory), "reservation_id": next(iter(re.findall(r"reservation ([A-Z0-9]{6})", trajectory.messages[1].content or "")), None)}
+        for kind, value in values.items():
+            if not value:
+                continue
+            target = tokenizer.encode(value)
+            n = len(target)
+            starts = [i for i in range(1, len(ids) - n + 1) if ids[i:i + n] == target and all(mask[i:i + n])]
+            if not starts:
+                continue
+            i = starts[0]
+            with torch.no_grad():
+                predicted = model(torch.tensor([ids[:i + n]])).logits[0, i - 1:i + n - 1].argmax(-1).tolist()
+            for k, (p, g) in enumerate(zip(predicted, target, strict=True)):
+                hits[kind][k][0] += p == g
+                hits[kind][k][1] += 1
+    return {kind: [f"{a}/{b}" for _, (a, b) in sorted(per.items())] for kind, per in hits.items()}
+
+
+def user_id_of(trajectory) -> str | None:
+    for m in trajectory.messages:
+        if m.role == "user" and m.content and "user id is " in m.content:
+            return m.content.split("user id is ")[1].rstrip(".").strip()
+    return None
+
+
+def free_generation(trajectories) -> dict[str, float]:
+    counts = defaultdict(int)
+    for t in trajectories:
+        uid = user_id_of(t)
+        call = next((m.tool_calls[0] for m in t.messages if m.role == "assistant" and m.tool_calls
+                     and m.tool_calls[0].name == "get_user_details"), None)
+        if not uid or call is None:
+            continue
+        got = str((call.parsed_arguments() or {}).get("user_id", ""))
+        want, parts = uid.split("_"), got.split("_")
+        counts["calls"] += 1
+        counts["exact"] += got == uid
+        counts["first name"] += parts[0] == want[0]
+        counts["last name"] += len(parts) > 1 and parts[1] == want[1]
+        counts["digits"] += parts[-1] == want[-1]
+    calls = max(1, counts["calls"])
+    return {"calls": counts["calls"], **{k: round(counts[k] / calls, 3) for k in ("exact", "first name", "last name", "digits")}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True, help="agent directory (e.g. src/tracerl/models/tiny_agent)")
+    ap.add_argument("--rollouts", type=Path, default=None, help="the agent's rollouts (tracerl collect) for the free-generation figures")
+    ap.add_argument("--demos", type=int, default=40, help="held-out demonstrations for the teacher-forced figures")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tracerl.models.build_agent import AgentRecipe, collect_demonstrations
+
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    demos = collect_demonstrations(AgentRecipe(), range(2100, 2100 + args.demos))
+    result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos)}
+    if args.rollouts:
+        from tracerl.envs.loading import load_rollouts
+
+        result["free_generation_user_id"] = free_generation(load_rollouts(args.rollouts))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
