@@ -75,6 +75,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert saved == report
     assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
+    assert report["machine"]["training_device"] == "cpu"
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -84,3 +85,11 @@ def test_build_agent_bad_input_exits_2(capsys):
     assert main(["build-agent", "--policy", "oracle"]) == 2
     assert "flawed reference policy" in capsys.readouterr().err
     assert main(["build-agent", "--steps", "0"]) == 2
+    assert main(["build-agent", "--device", "teapot"]) == 2
+    assert "not a torch device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_build_agent_on_a_missing_gpu_exits_2(capsys):
+    assert main(["build-agent", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err

@@ -11,6 +11,10 @@
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
+Training (and the validation passes) run on `device` — a GPU buys the long training a model this
+small needs to learn to copy ids (benchmarks/README.md); the model is then saved and tested on
+the CPU, where the embedded agent runs.
+
 Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
 those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors.
 """
@@ -119,6 +123,7 @@ def build_agent(
     recipe: AgentRecipe,
     *,
     command: str = "",
+    device: str = "cpu",
     log: Callable[[str], None] = print,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
@@ -153,12 +158,13 @@ def build_agent(
         intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
     )
-    model = tiny_qwen3(config, seed=recipe.seed)
-    log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters")
+    model = tiny_qwen3(config, seed=recipe.seed).to(device)
+    log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters, training on {device}")
 
     history = train_sft(model, examples, recipe, tokenizer.pad_token_id, log=log, progress=progress,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
+    model.to("cpu")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -179,7 +185,8 @@ def build_agent(
         "test": {"tasks": len(test), "greedy_pass_rate": _pass_rate(test), "split": "test", "seeds": [test_seeds[0], test_seeds[-1]],
                  "generated_tokens": generated, "sampling_tokens_per_second": round(generated / max(eval_seconds, 1e-9), 1)},
         "minutes": round((time.time() - start) / 60, 2),
-        "machine": {"torch": torch.__version__, "threads": recipe.num_threads, "platform": platform.platform()},
+        "machine": {"torch": torch.__version__, "threads": recipe.num_threads, "platform": platform.platform(),
+                    "training_device": str(device)},
     }
     write_json(out_dir / "build.json", report)
     return report
@@ -269,19 +276,20 @@ def shared_prefix_loss(model: torch.nn.Module, batch: list[tuple[list[int], list
     sequence runs on top of it at positions prefix_len…. Equal to the plain loss (tested).
     Returns (loss, tokens processed).
     """
+    device = next(model.parameters()).device
     if prefix_len == 0:
-        input_ids, labels, attention = _collate(batch, pad_id)
+        input_ids, labels, attention = (t.to(device) for t in _collate(batch, pad_id))
         return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss, int(attention.sum())
     from tracerl.models.generation import _forward_signature
 
     cache_name, _ = _forward_signature(model)
-    prefix = torch.tensor([batch[0][0][:prefix_len]])
+    prefix = torch.tensor([batch[0][0][:prefix_len]], device=device)
     cache = getattr(model(input_ids=prefix, use_cache=True), cache_name)
     cache.batch_repeat_interleave(len(batch))
     rest = [(ids[prefix_len:], mask[prefix_len:]) for ids, mask in batch]
-    input_ids, labels, attention = _collate(rest, pad_id)
-    positions = torch.arange(prefix_len, prefix_len + input_ids.shape[1]).expand(len(batch), -1)
-    full_mask = torch.cat([torch.ones(len(batch), prefix_len, dtype=attention.dtype), attention], dim=1)
+    input_ids, labels, attention = (t.to(device) for t in _collate(rest, pad_id))
+    positions = torch.arange(prefix_len, prefix_len + input_ids.shape[1], device=device).expand(len(batch), -1)
+    full_mask = torch.cat([torch.ones(len(batch), prefix_len, dtype=attention.dtype, device=device), attention], dim=1)
     out = model(input_ids=input_ids, attention_mask=full_mask, position_ids=positions, use_cache=True,
                 labels=labels, **{cache_name: cache})
     return out.loss, prefix_len + int(attention.sum())

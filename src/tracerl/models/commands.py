@@ -30,6 +30,7 @@ def build_agent_command(
     eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
     test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    device: Annotated[str, typer.Option(help="torch device to train on (e.g. cuda); the agent is saved and tested on the CPU.")] = "cpu",
     json_output: Annotated[bool, typer.Option("--json", help="Print build.json on stdout.")] = False,
 ) -> None:
     """Train the tokenizer and the tiny Qwen3 agent on flawed demonstrations; write model + build.json."""
@@ -40,6 +41,7 @@ def build_agent_command(
     for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
+    check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
     recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
@@ -51,7 +53,7 @@ def build_agent_command(
     with Progress(TextColumn("build-agent"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=json_output) as bar:
         task = bar.add_task("sft", total=steps, loss="-")
-        report = build_agent(out, recipe, command=command, log=lambda m: console.print(m, highlight=False),
+        report = build_agent(out, recipe, command=command, device=device, log=lambda m: console.print(m, highlight=False),
                              progress=lambda i, n, loss: bar.update(task, completed=i, loss=f"{loss:.3f}"))
     if json_output:
         typer.echo(json.dumps(report, indent=2))
@@ -67,6 +69,18 @@ def build_agent_command(
     for k, v in rows:
         table.add_row(k, v)
     Console().print(table)
+
+
+def check_device(device: str) -> None:
+    """A clear error for a device torch does not know or this machine does not have."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as exc:
+        raise InputError(f"--device '{device}' is not a torch device ({exc})") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"--device '{device}': this machine has no CUDA device")
 
 
 def register(app: typer.Typer) -> None:
