@@ -15,6 +15,7 @@ compositions route to their top adapter too.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -61,8 +62,6 @@ def create_router_proxy(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        import json
-
         raw = await request.body()
         try:
             body = json.loads(raw)
@@ -84,8 +83,6 @@ def create_router_proxy(
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        import json
-
         reply = await forward("GET", "/models", None, request)
         if reply.status_code != 200:
             return reply
