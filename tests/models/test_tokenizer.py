@@ -1,0 +1,34 @@
+"""The tiny agent's tokenizer: lossless, digits one by one, ids the same tokens in prose and JSON."""
+
+from tracerl.models.tokenizer import train_tokenizer
+
+CORPUS = [
+    "Hi! My user id is emma_lopez_940. Please cancel reservation 23Y9BG because of the weather.",
+    '{"user_id": "emma_lopez_940", "reservations": ["23Y9BG", "XNEJCA"], "payment_methods": ["gift_card_6507"]}',
+] * 20
+
+
+def pieces(tokenizer, text: str) -> list[str]:
+    return [tokenizer.decode([i]) for i in tokenizer.encode(text)]
+
+
+def test_round_trip_of_any_text():
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    for text in ["naïve café ✈ 2024-05-15", "  two  spaces\n\nand lines", '{"a": [1, 2.5, null]}', "emma_lopez_940"]:
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_every_digit_is_a_token():
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    assert pieces(tok, "940")[-3:] == ["9", "4", "0"]
+    assert pieces(tok, "gift_card_6507")[-4:] == ["6", "5", "0", "7"]
+
+
+def test_an_id_is_the_same_tokens_in_prose_and_in_a_tool_call():
+    tok = train_tokenizer(CORPUS, vocab_size=400)
+    for value in ["emma_lopez_940", "23Y9BG", "gift_card_6507"]:
+        alone = tok.encode(value)
+        in_prose = tok.encode(f"My id is {value}. Thanks")
+        in_json = tok.encode(f'{{"user_id": "{value}"}}')
+        for ids in (in_prose, in_json):
+            assert any(ids[k:k + len(alone)] == alone for k in range(len(ids))), (value, pieces(tok, value))
