@@ -68,7 +68,7 @@ def test_length_grouped_batches_cover_every_example_once():
 def test_a_tiny_build_end_to_end(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    recipe = AgentRecipe(episodes=8, max_steps=2, batch_size=4, hidden_size=32, num_hidden_layers=1, vocab_size=400,
+    recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4, hidden_size=32, num_hidden_layers=1, vocab_size=400,
                          eval_tasks=1, test_tasks=1, max_new_tokens=4, num_threads=1, warmup_steps=1)
     report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
     saved = json.loads((tmp_path / "agent" / "build.json").read_text())
@@ -76,6 +76,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
     assert report["machine"]["training_device"] == "cpu"
+    assert report["data"]["id_drills"] >= 8 and report["training"]["steps"] == 3
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -93,3 +94,28 @@ def test_build_agent_bad_input_exits_2(capsys):
 def test_build_agent_on_a_missing_gpu_exits_2(capsys):
     assert main(["build-agent", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos):
+    from tracerl.models.build_agent import id_drills
+
+    for t in demos:
+        drills = id_drills(t)
+        assert drills, "every demonstration reads the user by the id the user gave"
+        first = drills[0].messages[-1].tool_calls[0]
+        assert first.name == "get_user_details"
+        for d in drills:
+            assert d.tools == [] and all(m.role != "system" for m in d.messages)
+            assert d.messages == [m for m in t.messages if m.role != "system"][: len(d.messages)]
+            call = d.messages[-1]
+            earlier = " ".join(m.content or "" for m in d.messages[:-1] if m.role in ("user", "tool"))
+            values = [v for c in call.tool_calls for v in (c.parsed_arguments() or {}).values() if isinstance(v, str)]
+            assert any(len(v) >= 4 and v in earlier for v in values)
+
+
+def test_drill_steps_come_first_then_every_nth_step():
+    from tracerl.models.build_agent import is_drill_step
+
+    assert [is_drill_step(s, 3, 4) for s in range(11)] == [True] * 3 + [False, False, False, True] * 2
+    assert not any(is_drill_step(s, 0, 0) for s in range(10))
+    assert [is_drill_step(s, 2, 0) for s in range(5)] == [True, True, False, False, False]

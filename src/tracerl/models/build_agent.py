@@ -8,12 +8,21 @@
 3. Build a Qwen3ForCausalLM from a config (random init, seeded) and train it on the
    demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
    records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
+   The first `drill_steps` steps train on *id drills* only, and every `drill_every`-th step after
+   them is a drill batch (see `id_drills`).
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
 Training (and the validation passes) run on `device` — a GPU buys the long training a model this
 small needs to learn to copy ids (benchmarks/README.md); the model is then saved and tested on
 the CPU, where the embedded agent runs.
+
+Why the drills: the first token of an id the agent must copy ("emma" of the user's
+"emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
+the rest. Trained on whole episodes (a 700-token system prompt, one such token per episode) a
+model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
+name; on short drills it forms within ~600 steps and then works with the system prompt too
+(benchmarks/README.md, "Rebuilding the agent").
 
 Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
 those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors.
@@ -57,6 +66,10 @@ class AgentRecipe(BaseModel):
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
     max_steps: int = 600
+    drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
+    drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
+    drill_batch_size: int = 24
+    drill_max_tokens: int = 400  # longer drills (late calls of long episodes) are left out
     batch_size: int = 16
     learning_rate: float = 3e-3
     warmup_steps: int = 30
@@ -94,6 +107,27 @@ def sft_example(chat: ChatFormat, trajectory: Trajectory) -> tuple[list[int], li
             index += 1
     assert session.tokens is not None
     return list(session.tokens.ids), list(session.tokens.mask)
+
+
+def id_drills(trajectory: Trajectory) -> list[Trajectory]:
+    """Short copies of a demonstration, each ending with a tool call that copies an id.
+
+    A call copies an id when one of its string arguments (4+ characters) appears verbatim in an
+    earlier user or tool message. Each drill is the conversation up to that call, without the
+    system prompt and tool list, so the few hundred tokens left make the copy easy to learn.
+    """
+    drills = []
+    context = ""
+    for index, message in enumerate(trajectory.messages):
+        if message.role == "assistant" and message.tool_calls and any(
+            isinstance(v, str) and len(v) >= 4 and v in context
+            for call in message.tool_calls for v in (call.parsed_arguments() or {}).values()
+        ):
+            kept = [m for m in trajectory.messages[: index + 1] if m.role != "system"]
+            drills.append(trajectory.model_copy(update={"messages": kept, "tools": []}))
+        if message.role in ("user", "tool"):
+            context += "\n" + (message.content or "")
+    return drills
 
 
 def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list[str]:
@@ -148,9 +182,11 @@ def build_agent(
     tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
+    drills = [sft_example(chat, d) for t in demos for d in id_drills(t)] if recipe.drill_steps or recipe.drill_every else []
+    drills = [d for d in drills if len(d[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)
-    log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on")
+    log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on; {len(drills)} id drills")
 
     config = tiny_qwen3_config(
         len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_hidden_layers,
@@ -161,7 +197,7 @@ def build_agent(
     model = tiny_qwen3(config, seed=recipe.seed).to(device)
     log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters, training on {device}")
 
-    history = train_sft(model, examples, recipe, tokenizer.pad_token_id, log=log, progress=progress,
+    history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
     model.to("cpu")
@@ -177,9 +213,10 @@ def build_agent(
     report = {
         "command": command,
         "recipe": recipe.model_dump(),
-        "data": {"episodes": len(demos), "teacher_pass_rate": round(teacher_pass, 4), "tokens": n_tokens, "trained_tokens": n_loss},
+        "data": {"episodes": len(demos), "teacher_pass_rate": round(teacher_pass, 4), "tokens": n_tokens, "trained_tokens": n_loss,
+                 "id_drills": len(drills)},
         "model": {"architecture": "Qwen3ForCausalLM", "parameters": count_parameters(model), "vocab_size": len(tokenizer)},
-        "training": {"steps": recipe.max_steps, "seconds": round(train_seconds, 1),
+        "training": {"steps": history["steps"], "seconds": round(train_seconds, 1),
                      "tokens_per_second": round(history["tokens"] / max(train_seconds, 1e-9), 1),
                      "final_loss": history["losses"][-1] if history["losses"] else None, "validation": history["evals"]},
         "test": {"tasks": len(test), "greedy_pass_rate": _pass_rate(test), "split": "test", "seeds": [test_seeds[0], test_seeds[-1]],
@@ -198,11 +235,14 @@ def train_sft(
     recipe: AgentRecipe,
     pad_id: int,
     *,
+    drills: list[tuple[list[int], list[int]]] = (),
     log: Callable[[str], None] = print,
     progress: Callable[[int, int, float], None] | None = None,
     on_eval: Callable[[torch.nn.Module], float] | None = None,
 ) -> dict[str, Any]:
-    """Masked next-token training; returns losses, validation pass rates, tokens seen and seconds."""
+    """Masked next-token training: `recipe.drill_steps` steps of drill batches, then `recipe.max_steps`
+    steps of episode batches of which every `recipe.drill_every`-th is a drill batch instead (when
+    there are drills); returns losses, validation pass rates, steps, tokens seen and seconds."""
     rng = random.Random(recipe.seed)
     torch.manual_seed(recipe.seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -212,26 +252,35 @@ def train_sft(
         lr=recipe.learning_rate, betas=(0.9, 0.95),
     )
 
+    drill_steps = recipe.drill_steps if drills else 0
+    total = drill_steps + recipe.max_steps
+
     def lr_at(step: int) -> float:
         if step < recipe.warmup_steps:
             return (step + 1) / recipe.warmup_steps
-        frac = (step - recipe.warmup_steps) / max(1, recipe.max_steps - recipe.warmup_steps)
+        frac = (step - recipe.warmup_steps) / max(1, total - recipe.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
+
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     prefix_len = shared_prefix_length([ids for ids, _ in examples], minimum=0)  # the system prompt
     log(f"shared prompt prefix: {prefix_len} tokens (computed once per batch)")
     order: list[list[int]] = []
+    drill_order: list[list[int]] = []
     losses: list[float] = []
     evals: list[dict[str, float]] = []
     tokens = 0
     start = time.time()
     model.train()
-    for step in range(recipe.max_steps):
-        if not order:
-            order = length_grouped_batches([len(ids) for ids, _ in examples], recipe.batch_size, rng)
-        batch = [examples[i] for i in order.pop()]
-        loss, n_tokens = shared_prefix_loss(model, batch, prefix_len, pad_id)
+    for step in range(total):
+        if drills and is_drill_step(step, drill_steps, recipe.drill_every):
+            if not drill_order:
+                drill_order = length_grouped_batches([len(ids) for ids, _ in drills], recipe.drill_batch_size, rng)
+            loss, n_tokens = shared_prefix_loss(model, [drills[i] for i in drill_order.pop()], 0, pad_id)
+        else:
+            if not order:
+                order = length_grouped_batches([len(ids) for ids, _ in examples], recipe.batch_size, rng)
+            loss, n_tokens = shared_prefix_loss(model, [examples[i] for i in order.pop()], prefix_len, pad_id)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         optimizer.step()
@@ -240,20 +289,25 @@ def train_sft(
         tokens += n_tokens
         losses.append(round(float(loss.detach()), 4))
         if progress:
-            progress(step + 1, recipe.max_steps, losses[-1])
+            progress(step + 1, total, losses[-1])
         if (step + 1) % 25 == 0:
-            log(f"step {step + 1}/{recipe.max_steps} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
-        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and step + 1 < recipe.max_steps:
+            log(f"step {step + 1}/{total} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
+        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and step + 1 < total:
             rate = on_eval(model)
             model.train()
             evals.append({"step": step + 1, "validation_pass_rate": rate})
             log(f"step {step + 1}: validation greedy pass rate {rate:.3f}")
     seconds = time.time() - start
     if on_eval:
-        evals.append({"step": recipe.max_steps, "validation_pass_rate": on_eval(model)})
+        evals.append({"step": total, "validation_pass_rate": on_eval(model)})
         log(f"final validation greedy pass rate {evals[-1]['validation_pass_rate']:.3f}")
     model.eval()
-    return {"losses": losses, "evals": evals, "tokens": tokens, "seconds": seconds}
+    return {"losses": losses, "evals": evals, "steps": total, "tokens": tokens, "seconds": seconds}
+
+
+def is_drill_step(step: int, drill_steps: int, drill_every: int) -> bool:
+    """Whether 0-based `step` trains on drills: all of the first `drill_steps`, then every `drill_every`-th."""
+    return step < drill_steps or bool(drill_every and (step - drill_steps) % drill_every == drill_every - 1)
 
 
 def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:

@@ -21,7 +21,9 @@ def build_agent_command(
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
     policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4.")] = "flawed:0.6,0.6,0.2,0.2",
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 2000,
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 600,
+    steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 600,
+    drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
+    drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
     batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 16,
     learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
     hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
@@ -41,18 +43,21 @@ def build_agent_command(
     for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
+    for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every)):
+        if value < 0:
+            raise InputError(f"{flag} must be 0 or more, got {value}")
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
     recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
-                         learning_rate=learning_rate, hidden_size=hidden_size, num_hidden_layers=layers,
+                         learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every, hidden_size=hidden_size, num_hidden_layers=layers,
                          vocab_size=vocab_size, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
     console = Console(stderr=True)
     with Progress(TextColumn("build-agent"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
                   TimeElapsedColumn(), console=console, transient=True, disable=json_output) as bar:
-        task = bar.add_task("sft", total=steps, loss="-")
+        task = bar.add_task("sft", total=steps + drill_steps, loss="-")
         report = build_agent(out, recipe, command=command, device=device, log=lambda m: console.print(m, highlight=False),
                              progress=lambda i, n, loss: bar.update(task, completed=i, loss=f"{loss:.3f}"))
     if json_output:
