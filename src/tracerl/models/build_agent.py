@@ -65,12 +65,12 @@ class AgentRecipe(BaseModel):
     num_key_value_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
-    max_steps: int = 600
+    max_steps: int = 1200
     drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
-    drill_max_tokens: int = 400  # longer drills (late calls of long episodes) are left out
-    batch_size: int = 16
+    drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
+    batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 30
     weight_decay: float = 0.01

@@ -3,16 +3,13 @@
 Byte-level BPE covers every byte, so `decode(encode(text)) == text` for any text; the ChatML
 markers and the tool-call tags are single added tokens, as in Qwen3's tokenizer.
 
-The pre-tokenizer is Qwen2/Qwen3's split pattern with two changes. As in Qwen, every digit is its
+The pre-tokenizer is Qwen2/Qwen3's split pattern with one change. As in Qwen, every digit is its
 own token. Unlike Qwen, a word does not absorb the space before it (" emma" is " " + "emma"), so
 an id reads as the same tokens in prose ("my user id is emma_lopez_940") and in a tool call's
-JSON (`"emma_lopez_940"`); and an upper-case letter followed by another or by a digit is its own
-token, so a code such as "LU176A" or "ATL" is one token per character. A large model learns that
-" emma" and "emma" are the same name and copies any BPE split of a random code; a model of a
-million parameters copies ids only when they are the same token sequence in both places and
-made of frequent tokens (measured: with Qwen's pattern the agent copied 1% of user ids exactly;
-with BPE pieces of reservation ids, 8 of 40 per token). The price is ~25% more tokens on this
-domain's text.
+JSON (`"emma_lopez_940"`). A large model learns that " emma" and "emma" are the same name; a
+model of a million parameters copies ids only when they are the same token sequence in both
+places (measured: with Qwen's pattern the agent copied 1% of user ids exactly). The price is
+~25% more tokens on this domain's text.
 """
 
 from __future__ import annotations
@@ -25,11 +22,9 @@ from transformers import PreTrainedTokenizerFast
 from tracerl.models.templates import END_OF_TURN, MARKUP_TOKENS, SPECIAL_TOKENS, TINY_AGENT_TEMPLATE
 
 # Qwen2/Qwen3 tokenizer.json's Split pattern, with `[^\r\n\p{L}\p{N}]?\p{L}+` (a word may take
-# the space before it) narrowed to `[^\s\p{L}\p{N}]?\p{L}+` (it may take a "_" or quote, not a space),
-# and `\p{Lu}(?=[\p{Lu}\p{N}])` before it (a capital followed by a capital or digit stands alone).
+# the space before it) narrowed to `[^\s\p{L}\p{N}]?\p{L}+` (it may take a "_" or quote, not a space).
 SPLIT_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|\p{Lu}(?=[\p{Lu}\p{N}])|[^\s\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\s\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
 
