@@ -13,16 +13,17 @@
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
-Training (and the validation passes) run on `device` — a GPU buys the long training a model this
-small needs to learn to copy ids (benchmarks/README.md); the model is then saved and tested on
-the CPU, where the embedded agent runs.
+Training (and the validation passes) run on `device` — a GPU buys longer training and larger
+models than a 2-core machine does; the model is then saved and tested on the CPU, where the
+embedded agent runs.
 
 Why the drills: the first token of an id the agent must copy ("emma" of the user's
 "emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
 the rest. Trained on whole episodes (a 700-token system prompt, one such token per episode) a
 model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
 name; on short drills it forms within ~600 steps and then works with the system prompt too
-(benchmarks/README.md, "Rebuilding the agent").
+(benchmarks/README.md, "Id drills": the shipped agent copies 87.5% of user ids exactly; it does
+not copy reservation codes yet).
 
 Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
 those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors.
@@ -260,7 +261,6 @@ def train_sft(
             return (step + 1) / recipe.warmup_steps
         frac = (step - recipe.warmup_steps) / max(1, total - recipe.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
-
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     prefix_len = shared_prefix_length([ids for ids, _ in examples], minimum=0)  # the system prompt

@@ -8,8 +8,8 @@ own token. Unlike Qwen, a word does not absorb the space before it (" emma" is "
 an id reads as the same tokens in prose ("my user id is emma_lopez_940") and in a tool call's
 JSON (`"emma_lopez_940"`). A large model learns that " emma" and "emma" are the same name; a
 model of a million parameters copies ids only when they are the same token sequence in both
-places (measured: with Qwen's pattern the agent copied 1% of user ids exactly). The price is
-~25% more tokens on this domain's text.
+places (measured: with Qwen's pattern the agent copied 1% of user ids exactly; with this one and
+id drills, 87.5%). The price is ~25% more tokens on this domain's text.
 """
 
 from __future__ import annotations
