@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations,
-                                        length_grouped_batches, sft_example, shared_prefix_loss)
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, id_drills,
+                                        is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -68,8 +68,9 @@ def test_length_grouped_batches_cover_every_example_once():
 def test_a_tiny_build_end_to_end(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4, hidden_size=32, num_hidden_layers=1, vocab_size=400,
-                         eval_tasks=1, test_tasks=1, max_new_tokens=4, num_threads=1, warmup_steps=1)
+    recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4,
+                         hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
+                         max_new_tokens=4, num_threads=1, warmup_steps=1)
     report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
     saved = json.loads((tmp_path / "agent" / "build.json").read_text())
     assert saved == report
@@ -97,8 +98,6 @@ def test_build_agent_on_a_missing_gpu_exits_2(capsys):
 
 
 def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos):
-    from tracerl.models.build_agent import id_drills
-
     for t in demos:
         drills = id_drills(t)
         assert drills, "every demonstration reads the user by the id the user gave"
@@ -114,8 +113,6 @@ def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos
 
 
 def test_drill_steps_come_first_then_every_nth_step():
-    from tracerl.models.build_agent import is_drill_step
-
     assert [is_drill_step(s, 3, 4) for s in range(11)] == [True] * 3 + [False, False, False, True] * 2
     assert not any(is_drill_step(s, 0, 0) for s in range(10))
     assert [is_drill_step(s, 2, 0) for s in range(5)] == [True, True, False, False, False]

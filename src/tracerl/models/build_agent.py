@@ -19,7 +19,7 @@ embedded agent runs.
 
 Why the drills: the first token of an id the agent must copy ("emma" of the user's
 "emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
-the rest. Trained on whole episodes (a 700-token system prompt, one such token per episode) a
+the rest. Trained on whole episodes (a 631-token system prompt, one such token per episode) a
 model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
 name; on short drills it forms within ~600 steps and then works with the system prompt too
 (benchmarks/README.md, "Id drills": the shipped agent copies 87.5% of user ids exactly; it does
@@ -183,8 +183,10 @@ def build_agent(
     tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
-    drills = [sft_example(chat, d) for t in demos for d in id_drills(t)] if recipe.drill_steps or recipe.drill_every else []
-    drills = [d for d in drills if len(d[0]) <= recipe.drill_max_tokens]
+    drills = []
+    if recipe.drill_steps or recipe.drill_every:
+        drills = [sft_example(chat, d) for t in demos for d in id_drills(t)]
+        drills = [e for e in drills if len(e[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)
     log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on; {len(drills)} id drills")
