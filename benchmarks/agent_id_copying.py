@@ -2,8 +2,9 @@
 
     python benchmarks/agent_id_copying.py --model DIR [--rollouts test.jsonl]
 
-1. Teacher-forced: in held-out demonstrations of the flawed airline policy (train seeds 2,100 +
-   i, beyond the 2,000 `build-agent` trains on), the model's greedy next-token prediction on each
+1. Teacher-forced: in held-out demonstrations of the flawed airline policy (train seeds 90,000 +
+   i, beyond the episodes `build-agent` trains and drills on; session 3's figures used 2,100 + i,
+   which the drills now cover), the model's greedy next-token prediction on each
    token of the user id in the first `get_user_details` call and of the opening's reservation id
    in the first `get_reservation_details` call — "k/n" per position, so a model that finds the
    first token but not the rest (or the reverse) shows it.
@@ -89,7 +90,7 @@ def main() -> None:
 
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    demos = collect_demonstrations(AgentRecipe(), range(2100, 2100 + args.demos))
+    demos = collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.demos))
     result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos)}
     if args.rollouts:
         from tracerl.envs.loading import load_rollouts

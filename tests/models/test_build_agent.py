@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, id_drills,
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, drill_conversations, id_drills,
                                         is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
@@ -68,7 +68,7 @@ def test_length_grouped_batches_cover_every_example_once():
 def test_a_tiny_build_end_to_end(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4,
+    recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4, drill_episodes=12,
                          hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
                          max_new_tokens=4, num_threads=1, warmup_steps=1)
     report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
@@ -77,7 +77,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
     assert report["machine"]["training_device"] == "cpu"
-    assert report["data"]["id_drills"] >= 8 and report["training"]["steps"] == 3
+    assert report["data"]["id_drills"] >= 12 and report["training"]["steps"] == 3
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -110,6 +110,13 @@ def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos
             earlier = " ".join(m.content or "" for m in d.messages[:-1] if m.role in ("user", "tool"))
             values = [v for c in call.tool_calls for v in (c.parsed_arguments() or {}).values() if isinstance(v, str)]
             assert any(len(v) >= 4 and v in earlier for v in values)
+
+
+def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():
+    recipe = AgentRecipe(episodes=3, eval_tasks=2, drill_episodes=6)
+    demos = collect_demonstrations(recipe, range(3))
+    assert [t.seed for t in drill_conversations(recipe, demos)] == [0, 1, 2, 5, 6, 7]
+    assert drill_conversations(recipe.model_copy(update={"drill_episodes": 3}), demos) == demos
 
 
 def test_drill_steps_come_first_then_every_nth_step():

@@ -71,6 +71,7 @@ class AgentRecipe(BaseModel):
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
     drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
+    drill_episodes: int = 2000  # conversations the drills come from (see `drill_conversations`)
     batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 30
@@ -131,6 +132,16 @@ def id_drills(trajectory: Trajectory) -> list[Trajectory]:
     return drills
 
 
+def drill_conversations(recipe: AgentRecipe, demos: list[Trajectory]) -> list[Trajectory]:
+    """What the id drills are cut from: the training demonstrations, then (when
+    `recipe.drill_episodes` is larger) demonstrations on the train seeds after the validation ones,
+    `recipe.drill_episodes` in all — more codes to copy than a small model can memorise one by one."""
+    from tracerl.envs.airline import TRAIN_SEEDS
+
+    first = recipe.episodes + recipe.eval_tasks
+    return demos + collect_demonstrations(recipe, TRAIN_SEEDS[first: first + max(0, recipe.drill_episodes - len(demos))])
+
+
 def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list[str]:
     return [chat.render(t.messages, t.tools, add_generation_prompt=False) for t in trajectories]
 
@@ -185,7 +196,7 @@ def build_agent(
     examples = [sft_example(chat, t) for t in demos]
     drills = []
     if recipe.drill_steps or recipe.drill_every:
-        drills = [sft_example(chat, d) for t in demos for d in id_drills(t)]
+        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos) for d in id_drills(t)]
         drills = [e for e in drills if len(e[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)

@@ -24,6 +24,7 @@ def build_agent_command(
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
     drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
+    drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 2000,
     batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 8,
     learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
     hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
@@ -43,14 +44,15 @@ def build_agent_command(
     for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every)):
+    for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every), ("--drill-episodes", drill_episodes)):
         if value < 0:
             raise InputError(f"{flag} must be 0 or more, got {value}")
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
     recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
-                         learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every, hidden_size=hidden_size, num_hidden_layers=layers,
+                         learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
+                         drill_episodes=drill_episodes, hidden_size=hidden_size, num_hidden_layers=layers,
                          vocab_size=vocab_size, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
