@@ -4,7 +4,8 @@
 
 Each part runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own.
 1. sampling: 16 full airline episodes (test split, temperature 1.0, one task) played in one
-   batch of 16 vs one episode at a time; generated tokens per second and the speed-up.
+   batch of 16 vs one episode at a time; generated tokens per second and the speed-up. Then the
+   sampler alone (`decode_only`): 16 fixed-length continuations of the opening prompt.
 2. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
    opening of an airline episode, tools included) from 1 client, then from 16 concurrent
    clients (4 requests each); latency p50/p95 and requests/s.
@@ -48,8 +49,37 @@ def sampling(model_name: str, n: int, threads: int) -> dict:
                       "tokens_per_second": round(generated / seconds, 1),
                       "turns": sum(t.num_turns for t in trajs), "passed": sum(t.passed for t in trajs)}
     out["speedup"] = round(out["batched"]["tokens_per_second"] / out["one_at_a_time"]["tokens_per_second"], 2)
+    out["decode_only"] = decode_only(model, tokenizer, seed, n)
     out["peak_rss_mb"] = round(peak_mb(), 1)
     out["rss_after_load_mb"] = round(after_load, 1)
+    return out
+
+
+def decode_only(model, tokenizer, seed: int, n: int, new_tokens: int = 128) -> dict:
+    """The sampler alone: n continuations of the episode's opening prompt, a fixed `new_tokens`
+    each (no stop token, like vLLM's ignore_eos), in one batch vs one at a time."""
+    import torch
+
+    from tracerl.envs.registry import make_env
+    from tracerl.models.chat import ChatFormat
+    from tracerl.models.generation import GenerationRequest, generate
+
+    env = make_env("airline", split="test")
+    messages, _ = env.reset(seed=seed)
+    prompt = ChatFormat(tokenizer).prompt_ids(messages, env.tools)
+
+    def requests(k: int, first: int) -> list[GenerationRequest]:
+        return [GenerationRequest(prompt, max_new_tokens=new_tokens, temperature=1.0,
+                                  generator=torch.Generator().manual_seed(first + i)) for i in range(k)]
+
+    out = {"prompt_tokens": len(prompt), "new_tokens_per_row": new_tokens}
+    for label, batch in (("batched", n), ("one_at_a_time", 1)):
+        start = time.perf_counter()
+        for first in range(0, n, batch):
+            generate(model, requests(batch, first), pad_id=tokenizer.pad_token_id)
+        seconds = time.perf_counter() - start
+        out[label] = {"seconds": round(seconds, 2), "tokens_per_second": round(n * new_tokens / seconds, 1)}
+    out["speedup"] = round(out["batched"]["tokens_per_second"] / out["one_at_a_time"]["tokens_per_second"], 2)
     return out
 
 
