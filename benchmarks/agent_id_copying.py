@@ -8,20 +8,25 @@
    token of the user id in the first `get_user_details` call and of the opening's reservation id
    in the first `get_reservation_details` call — "k/n" per position, so a model that finds the
    first token but not the rest (or the reverse) shows it.
+   Then the same on the user id with words appended to the user's "My user id is …." message: a
+   model that finds the id by its content is unaffected; one that copies from a fixed distance
+   back is not.
 2. Free generation (with --rollouts, e.g. from `tracerl collect --policy model:DIR`): the share of
    first `get_user_details` calls whose user id is exact, and whose first name, last name and
-   digits are right.
+   digits are right; and of all `reservation_id` arguments, the share that is a code the user
+   named earlier in the conversation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+
+from tracerl.envs.airline.tasks import RESERVATION_ID
 
 
 def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
@@ -32,7 +37,8 @@ def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
     hits: dict[str, dict[int, list[int]]] = {"user_id": defaultdict(lambda: [0, 0]), "reservation_id": defaultdict(lambda: [0, 0])}
     for trajectory in demos:
         ids, mask = sft_example(chat, trajectory)
-        values = {"user_id": user_id_of(trajectory), "reservation_id": next(iter(re.findall(r"reservation ([A-Z0-9]{6})", trajectory.messages[1].content or "")), None)}
+        opening_codes = RESERVATION_ID.findall(trajectory.messages[1].content or "")
+        values = {"user_id": user_id_of(trajectory), "reservation_id": opening_codes[0] if opening_codes else None}
         for kind, value in values.items():
             if not value:
                 continue
@@ -50,10 +56,22 @@ def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
     return {kind: [f"{a}/{b}" for _, (a, b) in sorted(per.items())] for kind, per in hits.items()}
 
 
+def with_words_after_user_id(demos, words: str = " Thank you very much for your help today."):
+    """The demonstrations with `words` appended to the user's id message (the id moves further back)."""
+    from tracerl.core.messages import Message
+
+    out = []
+    for t in demos:
+        messages = [Message.user(m.content + words) if m.role == "user" and "user id is " in (m.content or "") else m
+                    for m in t.messages]
+        out.append(t.model_copy(update={"messages": messages}))
+    return out
+
+
 def user_id_of(trajectory) -> str | None:
     for m in trajectory.messages:
         if m.role == "user" and m.content and "user id is " in m.content:
-            return m.content.split("user id is ")[1].rstrip(".").strip()
+            return m.content.split("user id is ")[1].split(".")[0].strip()
     return None
 
 
@@ -76,6 +94,24 @@ def free_generation(trajectories) -> dict[str, float]:
     return {"calls": counts["calls"], **{k: round(counts[k] / calls, 3) for k in ("exact", "first name", "last name", "digits")}}
 
 
+def free_generation_reservations(trajectories) -> dict[str, float]:
+    counts = defaultdict(int)
+    for t in trajectories:
+        named: set[str] = set()
+        for m in t.messages:
+            if m.role == "user":
+                named.update(RESERVATION_ID.findall(m.content or ""))
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                value = (call.parsed_arguments() or {}).get("reservation_id")
+                if value is None:
+                    continue
+                counts["arguments"] += 1
+                counts["named by the user"] += value in named
+    n = max(1, counts["arguments"])
+    return {"arguments": counts["arguments"],
+            "named by the user": round(counts["named by the user"] / n, 3)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="agent directory (e.g. src/tracerl/models/tiny_agent)")
@@ -91,11 +127,15 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     demos = collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.demos))
-    result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos)}
+    result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos),
+              "teacher_forced_user_id_with_words_after_it": teacher_forced(
+                  model, tokenizer, with_words_after_user_id(demos))["user_id"]}
     if args.rollouts:
         from tracerl.envs.loading import load_rollouts
 
-        result["free_generation_user_id"] = free_generation(load_rollouts(args.rollouts))
+        rollouts = load_rollouts(args.rollouts)
+        result["free_generation_user_id"] = free_generation(rollouts)
+        result["free_generation_reservation_id"] = free_generation_reservations(rollouts)
     print(json.dumps(result, indent=2))
 
 

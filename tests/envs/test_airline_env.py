@@ -6,6 +6,7 @@ from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.envs.airline import POLICY, TEST_SEEDS, TRAIN_SEEDS, AirlineEnv, generate_task, split_of, task_seeds
 from tracerl.envs.airline.env import replay
 from tracerl.envs.airline.policy import booked_within_24h, cancel_rule, compensation_rule, free_bags
+from tracerl.envs.airline.tasks import RESERVATION_ID
 from tracerl.envs.airline.tools import AirlineTools
 from tracerl.envs.airline.user import ScriptedUser
 
@@ -105,6 +106,9 @@ def test_generated_tasks_are_consistent():
         families["multi"] += len(task.subtasks) > 1
         assert 1 <= len(task.subtasks) <= 4
         assert task.user_id not in task.opening  # the agent has to ask for it
+        for rid in task.db.reservations:
+            assert RESERVATION_ID.fullmatch(rid), rid
+        assert set(RESERVATION_ID.findall(task.opening)) == {s.reservation_id for s in task.subtasks}
         assert set(task.info()) == {"task_id", "task_kind", "gold_actions", "communicate_info", "reasoning_args", "subtasks"}
     assert kinds == {"cancel", "change", "bags", "certificate", "multi"}
     assert all(count >= 30 for count in families.values()), families

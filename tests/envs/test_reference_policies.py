@@ -146,6 +146,22 @@ def test_corrupt_argument_makes_one_write_fail():
         assert len(errors) == 1 and t.reward_breakdown["DB"] == 0.0
 
 
+def test_typos_change_one_character_of_the_same_kind():
+    import random
+
+    from tracerl.envs.reference import _typo
+
+    rng = random.Random(0)
+    for value in ("wren_amber", "raj_ahmed_837", "HAT996"):
+        for _ in range(20):
+            new = _typo(value, {value}, rng)
+            changed = [(a, b) for a, b in zip(value, new, strict=True) if a != b]
+            assert len(changed) == 1
+            a, b = changed[0]
+            assert (a.isdigit(), a.isupper(), a.islower()) == (b.isdigit(), b.isupper(), b.islower())
+            assert a.islower() == (value == "wren_amber")  # letters only when there is no digit or capital
+
+
 def test_rollouts_do_not_depend_on_batching_and_follow_the_seed():
     seeds = task_seeds("train", 30)
     dump = lambda ts: [t.model_dump_json() for t in ts]  # noqa: E731

@@ -177,11 +177,13 @@ def corrupt_action(action: Action, task: AirlineTask, rng: random.Random) -> Act
 
 
 def _typo(value: str, known: set[str], rng: random.Random) -> str:
-    """Change one letter or digit of `value` (same kind of character) so that it names nothing known."""
-    positions = [i for i, c in enumerate(value) if c.isdigit() or c.isupper()]
+    """Change one digit or capital of `value` (a lowercase letter if it has neither), to the same kind
+    of character, so that it names nothing known."""
+    positions = [i for i, c in enumerate(value) if c.isdigit() or c.isupper()] or [
+        i for i, c in enumerate(value) if c.islower()]
     while True:
         i = rng.choice(positions)
-        pool = string.digits if value[i].isdigit() else string.ascii_uppercase
+        pool = string.digits if value[i].isdigit() else string.ascii_uppercase if value[i].isupper() else string.ascii_lowercase
         new = value[:i] + rng.choice(pool.replace(value[i], "")) + value[i + 1:]
         if new not in known:
             return new

@@ -98,11 +98,12 @@ def _builtin_airline() -> Target:
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
     """String argument values of the env's gold actions (info["gold_actions"]) on the first seeds, by
-    parameter name — ids and codes in the target's own shapes (e.g. user ids from its name pool)."""
+    parameter name — ids and codes in the target's own shapes (e.g. user ids from its name pool):
+    values with a digit, and every value of an `…_id` parameter."""
     found: dict[str, list[str]] = {}
 
     def add(name: str, value: Any) -> None:
-        if isinstance(value, str) and any(c.isdigit() for c in value):
+        if isinstance(value, str) and (any(c.isdigit() for c in value) or name.endswith("_id")):
             bucket = found.setdefault(name, [])
             if value not in bucket and len(bucket) < per_parameter:
                 bucket.append(value)

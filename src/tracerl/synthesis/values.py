@@ -19,6 +19,7 @@ from tracerl.core.tools import ToolSchema
 
 _QUOTED = re.compile(r"'([^']*)'")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_WORD_CODE = re.compile(r"^[a-z]+(?:_[a-z]+)+$")  # 'wren_amber': a code made of words
 
 
 def examples_of(description: str) -> list[str]:
@@ -58,11 +59,28 @@ def shaped_like(example: str, rng: random.Random) -> str:
     return value
 
 
+def word_code(examples: Sequence[str], rng: random.Random) -> str:
+    """A code of words like the examples ('wren_amber', 'oak_ruby' → 'oak_amber'): each word drawn
+    from the words the examples have in that position, no word twice."""
+    parts = [e.split("_") for e in examples]
+    size = rng.choice([len(p) for p in parts])
+    words: list[str] = []
+    for position in range(size):
+        pool = sorted({p[position] for p in parts if len(p) > position} - set(words))
+        if not pool:
+            break
+        words.append(rng.choice(pool))
+    return "_".join(words)
+
+
 def id_value(spec: dict[str, Any], name: str, rng: random.Random, seen: Examples | None = None) -> str:
     """An identifier for parameter `name` shaped like a value the target uses (`seen`), else like its
     description's example."""
     if seen and seen.get(name):
-        return shaped_like(rng.choice(list(seen[name])), rng)
+        values = list(seen[name])
+        if all(_WORD_CODE.match(v) for v in values):
+            return word_code(values, rng)
+        return shaped_like(rng.choice(values), rng)
     examples = [e for e in examples_of(spec.get("description", "")) if any(c.isalnum() for c in e)]
     if examples:
         value = shaped_like(rng.choice(examples), rng)

@@ -20,7 +20,7 @@ planted by the `flawed` policy (a mis-picked value; the write it would make if i
 from __future__ import annotations
 
 import random
-import string
+import re
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -55,6 +55,18 @@ LAST_NAMES = ("lee", "kim", "garcia", "smith", "patel", "rossi", "khan", "silva"
 REASONS = {"change_of_plan": "a change of plan", "health": "my health", "weather": "the weather",
            "airline_cancelled": "a flight the airline cancelled"}
 PAYMENT_WORDS = {"credit_card": "credit card", "gift_card": "gift card"}
+# Reservation ids are two code words ('wren_amber'), not τ²-bench's random 6-character codes
+# ('8JX2WO'). A small agent copies a run of word tokens that occur nowhere else in the episode
+# (each word recalls the next), as it copies the names of a user id; a code of letters and
+# digits is a run of characters that recur all over the episode, and a 0.9M-parameter agent
+# never learnt to copy it (benchmarks/README.md, "Reservation ids a small agent can copy").
+CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch", "maple", "oak", "pine",
+              "rowan", "willow", "yew", "crane", "dove", "egret", "finch", "heron", "ibis", "kite", "lark",
+              "otter", "owl", "robin", "swan", "tern", "wren", "amber", "coral", "jade", "onyx", "opal",
+              "pearl", "ruby", "topaz", "comet", "ember", "frost", "meadow", "orbit", "pebble", "prism",
+              "quartz", "river", "summit", "tundra", "valley")
+_CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
+RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}_{_CODE_WORD}\b")
 
 
 def task_seeds(split: str, n: int, offset: int = 0) -> list[int]:
@@ -176,8 +188,7 @@ class _Builder:
                 return value
 
     def reservation_id(self) -> str:
-        chars = string.ascii_uppercase + string.digits
-        return self._unique(lambda: "".join(self.rng.choice(chars) for _ in range(6)))
+        return self._unique(lambda: "_".join(self.rng.sample(CODE_WORDS, 2)))
 
     def flight_number(self) -> str:
         return self._unique(lambda: f"HAT{self.rng.randrange(100, 1000)}")

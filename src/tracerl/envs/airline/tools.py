@@ -93,7 +93,7 @@ class AirlineTools(Toolbox):
         """Get the details of a reservation.
 
         Args:
-            reservation_id: The reservation ID, such as '8JX2WO'.
+            reservation_id: The reservation ID, such as 'wren_amber'.
         """
         return self.reservation_view(self._reservation(reservation_id))
 
@@ -119,7 +119,7 @@ class AirlineTools(Toolbox):
         """Cancel the whole reservation; the payments are refunded to their methods.
 
         Args:
-            reservation_id: The reservation ID, such as 'ZFA04Y'.
+            reservation_id: The reservation ID, such as 'maple_opal'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -140,7 +140,7 @@ class AirlineTools(Toolbox):
         """Update the flights of a reservation; the price difference is paid or refunded with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'ZFA04Y'.
+            reservation_id: The reservation ID, such as 'maple_opal'.
             cabin: The cabin class of the reservation.
             flights: Every flight of the new reservation ({flight_number, date}), unchanged ones included.
             payment_id: A payment id from the user profile, such as 'credit_card_7815'.
@@ -178,7 +178,7 @@ class AirlineTools(Toolbox):
         """Update the checked bags of a reservation; extra non-free bags are paid with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'ZFA04Y'.
+            reservation_id: The reservation ID, such as 'maple_opal'.
             total_baggages: The new total number of checked bags.
             nonfree_baggages: The new number of paid checked bags.
             payment_id: A payment id from the user profile, such as 'credit_card_7815'.
