@@ -7,7 +7,8 @@ the end, the rollouts and the wall-clock time, plus one curve per capability.
 
     python benchmarks/capability_adapters.py --out /tmp/adapters [--envs envs/] [--config configs/train-tiny.yaml]
 
-Writes <out>/summary.json, <out>/curves.png and one adapter directory per capability.
+Writes <out>/summary.json (a rerun with --only replaces those capabilities' entries and keeps the
+others), <out>/curves.png and one adapter directory per capability.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def main() -> None:
     ap.add_argument("--base", default="tiny-agent")
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "train-tiny.yaml")
     ap.add_argument("--only", nargs="*", default=None, help="capability names to run")
+    ap.add_argument("--max-rollouts", type=int, default=None,
+                    help="stop each adapter's training after this many rollouts (default: the config's max_steps)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -79,7 +82,7 @@ def main() -> None:
         out = args.out / "adapters" / env_dir.name
         t0 = time.perf_counter()
         summary = train_one(env_dir, args.base, out, config=args.config, resume=(out / "checkpoint").exists(),
-                            max_rollouts=None, max_steps=None, seed=None, adapter=None, server=None,
+                            max_rollouts=args.max_rollouts, max_steps=None, seed=None, adapter=None, server=None,
                             served_model=None, quiet=False, console=console)
         summary["wall_s"] = round(time.perf_counter() - t0, 1)
         summary["rows"] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -88,7 +91,12 @@ def main() -> None:
         results.append(summary)
         console.print(f"{env_dir.name}: {first} → {last} ({summary['gain_points']} pts) in {summary['wall_s']} s, "
                       f"{summary['rollouts_used']} rollouts")
-    (args.out / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
+    summary_path = args.out / "summary.json"
+    if summary_path.exists():  # keep the capabilities this call did not rerun (--only)
+        rerun = {r["capability"] for r in results}
+        results = [r for r in json.loads(summary_path.read_text()) if r["capability"] not in rerun] + results
+        results.sort(key=lambda r: r["capability"])
+    summary_path.write_text(json.dumps(results, indent=2) + "\n")
     plot(results, args.out / "curves.png")
     print(json.dumps([{k: v for k, v in r.items() if k != "rows"} for r in results], indent=2))
 
