@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--max-steps", type=int, default=200, help="gate-training steps")
     ap.add_argument("--gate-batch-size", type=int, default=8, help="sequences per gate-training step")
+    ap.add_argument("--label-loss-coef", type=float, default=1.0, help="gate training: weight of the label loss")
+    ap.add_argument("--lm-loss-coef", type=float, default=1.0, help="gate training: weight of the LM loss")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
@@ -114,6 +116,7 @@ def main() -> None:
                                  heldout_fraction=0.0,
                                  # untrained stand-ins rarely succeed: routing-only runs train the gates on every rollout
                                  successful_only=not (args.all_rollouts or args.stand_in_adapters is not None), gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
+                                                                          label_loss_coef=args.label_loss_coef, lm_loss_coef=args.lm_loss_coef,
                                                                           logging_steps=max(1, args.max_steps // 10)))
         spec = build_composition(adapter_dirs, args.base, out, options, on_gate_log=lambda r: print(f"  gates {r}", flush=True))
         composed = load_composed(out, device="cpu")
