@@ -128,6 +128,8 @@ def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):
     assert main(["compose", "--adapters", str(adapters[0]), "--base", str(base_dir), "--out", str(out), "--mode", "mixture"]) == 2
     assert main(["serve", "--router", str(out), "--upstream", "http://127.0.0.1:9/v1"]) == 2  # not a composed directory
     assert "no composition.json" in capsys.readouterr().err
+    assert compose_cli(root, base_dir, adapters, out, "--lr-scheduler-type", "step") == 2
+    assert "bad gate-training option: field 'lr_scheduler_type'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("mode", ["moe", "merge"])

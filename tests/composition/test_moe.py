@@ -185,3 +185,14 @@ def test_gate_training_learns_the_label(setup):
     history = train_gates(composition, examples, config)
     assert history[-1]["label_loss"] < 0.5 * history[0]["label_loss"]
     assert history[-1]["token_routing_accuracy"] > 0.9  # chance: 1/3
+
+
+@pytest.mark.parametrize(("schedule", "last_rate"), [("linear", 0.0), ("constant", 0.05)])
+def test_gate_learning_rate_follows_the_schedule(setup, schedule, last_rate):
+    base, dirs = setup
+    composition = compose(copy.deepcopy(base), [load_adapter(d) for d in dirs])
+    examples = [GateExample([5, 6, 7, 8], [0] * 4, [1] * 4, 1), GateExample([40, 41, 42, 43], [0] * 4, [1] * 4, 2)]
+    config = GateTrainingConfig(max_steps=4, per_device_train_batch_size=2, learning_rate=0.05, lr_scheduler_type=schedule,
+                                lm_loss_coef=0.0, logging_steps=2)
+    history = train_gates(composition, examples, config)
+    assert [h["learning_rate"] for h in history] == pytest.approx([0.025 if schedule == "linear" else 0.05, last_rate])

@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
         heldout_fraction: float = typer.Option(0.2, help="Share of each capability's trajectories held out for routing accuracy."),
         max_steps: int = typer.Option(100, help="Gate-training steps (moe)."),
         learning_rate: float = typer.Option(1e-2, help="Gate learning rate (moe)."),
+        lr_scheduler_type: str = typer.Option("linear", help="Gate learning-rate schedule: linear (to 0) | cosine | constant (moe)."),
         per_device_train_batch_size: int = typer.Option(8, help="Sequences per gate-training step (moe)."),
         router_aux_loss_coef: float = typer.Option(0.001, help="λ_LB, the load-balancing loss weight (moe)."),
         label_loss_coef: float = typer.Option(1.0, help="Weight of the label loss toward each trajectory's capability (moe)."),
@@ -40,19 +41,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
         from tracerl.composition.build import ComposeOptions, build_composition
+        from pydantic import ValidationError
+
         from tracerl.composition.training import GateTrainingConfig
+        from tracerl.core.io import describe_validation_error
 
         dirs = list(adapters or []) + list(extra_adapters or [])
         if not dirs:
             raise InputError("give the adapters with --adapters DIR [DIR …]")
         try:
             gate = GateTrainingConfig(
-                learning_rate=learning_rate, max_steps=max_steps, per_device_train_batch_size=per_device_train_batch_size,
+                learning_rate=learning_rate, lr_scheduler_type=lr_scheduler_type, max_steps=max_steps, per_device_train_batch_size=per_device_train_batch_size,
                 router_aux_loss_coef=router_aux_loss_coef, label_loss_coef=label_loss_coef, seed=seed,
                 logging_steps=max(1, max_steps // 20),
             )
-        except ValueError as e:
-            raise InputError(f"bad gate-training option: {str(e).splitlines()[-1].strip()}") from None
+        except ValidationError as e:
+            raise InputError(f"bad gate-training option: {describe_validation_error(e)}") from None
         options = ComposeOptions(
             mode=mode, capabilities_file=capabilities, trajectories=list(trajectories or []), heldout_fraction=heldout_fraction,
             gate=gate, top_p=top_p, labels=labels.split(",") if labels else None, model_name=name, seed=seed,

@@ -4,9 +4,13 @@ From a trajectory with a `TokenRecord`, the ids and loss mask are the ones recor
 episode ran (the model's own tokens take LM loss). Without one, the conversation is templated
 with the tokenizer's chat template and each assistant turn's tokens take LM loss.
 
-The label mask covers the tokens from the first user turn on: the system prompt is shared by
-every environment of one target (interface-faithful synthesis), so its tokens — identical and,
-the model being causal, with identical hidden states — cannot tell capabilities apart.
+The label mask covers the episode's opening from the first user turn on, up to the model's first
+generated token: the task as the user states it, which is what routing accuracy is measured on.
+The system prompt is shared by every environment of one target (interface-faithful synthesis), so
+its tokens — identical and, the model being causal, with identical hidden states — cannot tell
+capabilities apart. Later turns (tool calls, tool results, the scripted user's replies) look alike
+across environments too: with them in the label mask a linear gate fits them and no longer tells
+the openings apart (benchmarks/README.md, "Composition"). They still take the LM loss.
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ def trajectory_example(tokenizer: Any, trajectory: Trajectory, slot: int) -> Gat
     else:
         ids, loss_mask = templated_with_assistant_mask(tokenizer, trajectory.messages, trajectory.tools)
     start = user_turn_start(tokenizer, trajectory.messages, trajectory.tools, ids)
-    return GateExample(ids, loss_mask, [0] * start + [1] * (len(ids) - start), slot)
+    end = next((i for i, m in enumerate(loss_mask) if m and i >= start), len(ids))
+    return GateExample(ids, loss_mask, [0] * start + [1] * (end - start) + [0] * (len(ids) - end), slot)
 
 
 def templated_with_assistant_mask(tokenizer: Any, messages: list[Message], tools: list[ToolSchema]) -> tuple[list[int], list[int]]:

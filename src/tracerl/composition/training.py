@@ -15,10 +15,12 @@ routing accuracy.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
+from transformers import get_scheduler
 
 from tracerl.composition.composed import Composition
 from tracerl.composition.examples import GateExample
@@ -32,6 +34,9 @@ class GateTrainingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     learning_rate: float = Field(1e-2, gt=0)
+    # HF's default: decay linearly to 0, so the gates end settled rather than at a noisy last step
+    lr_scheduler_type: Literal["linear", "cosine", "constant"] = "linear"
+    warmup_steps: int = Field(0, ge=0)
     max_steps: int = Field(100, ge=1)
     per_device_train_batch_size: int = Field(8, ge=1)
     router_aux_loss_coef: float = Field(0.001, ge=0)  # λ_LB, as HF MoE configs call it
@@ -85,6 +90,8 @@ def train_gates(
     composition.assert_frozen()
     device = next(gates.parameters()).device
     optimizer = torch.optim.AdamW(gates.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = get_scheduler(config.lr_scheduler_type, optimizer, num_warmup_steps=config.warmup_steps,
+                              num_training_steps=config.max_steps)
     generator = torch.Generator().manual_seed(config.seed)
     was_training = model.training
     model.eval()
@@ -106,8 +113,10 @@ def train_gates(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(gates.parameters(), config.max_grad_norm)
             optimizer.step()
+            scheduler.step()
             if step % config.logging_steps == 0 or step == config.max_steps:
                 record = _metrics(step, loss, lm, lb, lab, layer_logits, batch["slots"], label_tokens)
+                record["learning_rate"] = scheduler.get_last_lr()[0]  # the rate the next step would use
                 history.append(record)
                 if on_log is not None:
                     on_log(record)
