@@ -11,6 +11,7 @@ from peft import PeftModel
 
 from tracerl.composition.adapters import load_adapter
 from tracerl.composition.composed import compose, gate_parameter_count
+from tracerl.composition.accuracy import prompt_slot
 from tracerl.composition.examples import GateExample
 from tracerl.composition.layers import GatedLoRALinear
 from tracerl.composition.training import GateTrainingConfig, train_gates
@@ -196,3 +197,18 @@ def test_gate_learning_rate_follows_the_schedule(setup, schedule, last_rate):
                                 lm_loss_coef=0.0, logging_steps=2)
     history = train_gates(composition, examples, config)
     assert [h["learning_rate"] for h in history] == pytest.approx([0.025 if schedule == "linear" else 0.05, last_rate])
+
+
+def test_prompt_slot_is_the_majority_of_each_tokens_majority_over_layers():
+    votes = torch.tensor([  # (layers, tokens); the first layer sends every token to slot 1
+        [1, 1, 1, 1],
+        [1, 1, 2, 1],
+        [2, 1, 1, 2],
+        [2, 1, 2, 2],
+    ])
+    # per token: 2 (2:2 tie, the deepest layer chose 2), 1, 2 (tie), 2 (tie) -> slot 2;
+    # pooling the 16 decisions would give slot 1 (9 votes against 7)
+    assert prompt_slot(votes) == 2
+    assert prompt_slot(torch.tensor([[3, 3, 3], [1, 1, 2], [1, 1, 2]])) == 1  # tokens 1, 1, 2
+    assert prompt_slot(torch.tensor([[2, 1], [2, 1]])) == 1  # a tie between tokens goes to the lower slot
+    assert prompt_slot(torch.zeros(4, 0, dtype=torch.long)) == 0

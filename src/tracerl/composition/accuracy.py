@@ -3,8 +3,13 @@
 A prompt is the opening of an episode (system prompt + first user turn) labelled with the
 capability of the environment it came from.
 
-- moe: the prompt's prediction is the majority slot over every routing decision (each decoder
-  layer × each token of the first user turn onward — the label mask); ties go to the lower slot.
+- moe: per-token majority (`prompt_slot`). Each token of the first user turn onward (the label
+  mask) routes once per decoder layer; the token's slot is the one most of its layers chose (a
+  tie goes to the deepest layer's choice among the tied: it has seen the most context), and the
+  prompt's slot is the one most of its tokens chose (a tie goes to the lower slot). Pooling the
+  layer × token decisions instead lets the first layer outvote the rest: its gate reads the token
+  embedding alone, so the same token routes the same way in every task (benchmarks/README.md,
+  "Composition").
 - router / merge: the prediction is the router's most probable label (slot 0 = base).
 
 Accuracy is reported overall and per capability.
@@ -59,10 +64,19 @@ def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledP
             model.train(was_training)
         votes = torch.stack(composition.last_slots[: len(composition.routes)]).cpu()  # (layers, batch, seq)
         mask = batch["label_mask"].bool() & batch["attention_mask"].bool()
-        for row in range(len(chunk)):
-            counts = Counter(votes[:, row][:, mask[row]].reshape(-1).tolist())
-            predictions.append(min(counts, key=lambda s: (-counts[s], s)) if counts else 0)
+        predictions.extend(prompt_slot(votes[:, row][:, mask[row]]) for row in range(len(chunk)))
     return predictions
+
+
+def prompt_slot(votes: torch.Tensor) -> int:
+    """Per-token majority over `votes` (layers, tokens) of slots; 0 when there are no tokens."""
+    token_slots = []
+    for column in votes.T.tolist():  # one token's choices, first layer to last
+        counts = Counter(column)
+        top = max(counts.values())
+        token_slots.append(next(s for s in reversed(column) if counts[s] == top))
+    counts = Counter(token_slots)
+    return min(counts, key=lambda s: (-counts[s], s)) if counts else 0
 
 
 def routing_accuracy(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> dict:
