@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("--gate-batch-size", type=int, default=8, help="sequences per gate-training step")
     ap.add_argument("--label-loss-coef", type=float, default=1.0, help="gate training: weight of the label loss")
     ap.add_argument("--lm-loss-coef", type=float, default=1.0, help="gate training: weight of the LM loss")
+    ap.add_argument("--gate-lr", type=float, default=1e-2, help="gate training: learning rate")
+    ap.add_argument("--gate-lr-scheduler", default="linear", help="gate training: linear | cosine | constant")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
@@ -117,6 +119,7 @@ def main() -> None:
                                  # untrained stand-ins rarely succeed: routing-only runs train the gates on every rollout
                                  successful_only=not (args.all_rollouts or args.stand_in_adapters is not None), gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
                                                                           label_loss_coef=args.label_loss_coef, lm_loss_coef=args.lm_loss_coef,
+                                                                          learning_rate=args.gate_lr, lr_scheduler_type=args.gate_lr_scheduler,
                                                                           logging_steps=max(1, args.max_steps // 10)))
         spec = build_composition(adapter_dirs, args.base, out, options, on_gate_log=lambda r: print(f"  gates {r}", flush=True))
         composed = load_composed(out, device="cpu")
@@ -128,6 +131,9 @@ def main() -> None:
         write_json(spec_path, stored)
         results["routing_accuracy"][mode] = accuracy
         print(mode, json.dumps(accuracy), flush=True)
+        if mode == "moe":
+            results["moe_votes"] = votes_by_layer(composition, composed.tracerl_tokenizer, prompts)
+            print("moe votes", json.dumps(results["moe_votes"]), flush=True)
         if evaluate:
             policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
             results["success"][f"composed {mode}"] = {n: success(policy, n, None) for n in names}
@@ -145,6 +151,32 @@ def main() -> None:
         print(f"| {variant} | " + " | ".join(f"{100 * values[n]:.1f}%" for n in names) + " |")
     for mode, acc in results["routing_accuracy"].items():
         print(f"| routing accuracy ({mode}) | " + " | ".join(f"{100 * acc['per_capability'].get(n, 0):.1f}%" for n in names) + " |")
+    for way, acc in results.get("moe_votes", {}).items():
+        print(f"| moe votes: {way} | " + " | ".join(f"{100 * acc.get(n, 0):.1f}%" for n in names) + " |")
+
+
+def votes_by_layer(composition, tokenizer, prompts) -> dict:
+    """Per-capability routing accuracy of the moe gates counted three ways: each layer's
+    decisions alone (majority over tokens), every layer × token decision pooled, and per token
+    (`prompt_slot`, what routing accuracy reports)."""
+    from collections import Counter
+
+    from tracerl.composition.accuracy import gate_votes, prompt_slot
+
+    def majority(values: list[int]) -> int:
+        counts = Counter(values)
+        return min(counts, key=lambda s: (-counts[s], s)) if counts else 0
+
+    votes = gate_votes(composition, tokenizer, prompts)
+    ways = {f"layer {k}": lambda v, k=k: majority(v[k].tolist()) for k in range(len(composition.routes))}
+    ways |= {"pooled layer x token": lambda v: majority(v.reshape(-1).tolist()), "per token": prompt_slot}
+    out = {}
+    for way, predict in ways.items():
+        hits: dict[str, list[bool]] = {}
+        for p, v in zip(prompts, votes, strict=True):
+            hits.setdefault(p.capability, []).append(predict(v) == composition.slot_of(p.capability))
+        out[way] = {name: sum(h) / len(h) for name, h in sorted(hits.items())}
+    return out
 
 
 def make_stand_in_adapters(root: Path, base: str, scale: float) -> None:

@@ -12,7 +12,7 @@ on the base model's hidden states, one probe per layer, from two kinds of traini
   training seeds 0..63 — the label span now (`tracerl.composition.examples`).
 
 Each probe is scored on the held-out openings (seeds 1,000,000 + i, i < 64) of every environment
-under <root>/envs: token accuracy, and per-prompt majority accuracy as `routing_accuracy` counts it.
+under <root>/envs: token accuracy, and per-prompt accuracy of the majority of that layer's token decisions.
 """
 
 from __future__ import annotations

@@ -41,21 +41,27 @@ def prompts_from_trajectories(trajectories: list[Trajectory]) -> list[LabelledPr
     return [LabelledPrompt(t.messages, t.tools, str(t.info.get("capability"))) for t in trajectories]
 
 
-@torch.no_grad()
 def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> list[int]:
     """The slot each prompt is routed to (see the module docstring)."""
+    if composition.mode == "moe":
+        return [prompt_slot(v) for v in gate_votes(composition, tokenizer, prompts, batch_size)]
     predictions: list[int] = []
+    for start in range(0, len(prompts), batch_size):
+        with torch.no_grad(), composition.base_only():
+            alpha = composition.router.alphas([p.messages for p in prompts[start : start + batch_size]])
+        predictions.extend(int(s) for s in alpha.argmax(dim=-1))
+    return predictions
+
+
+@torch.no_grad()
+def gate_votes(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> list[torch.Tensor]:
+    """moe: each prompt's routing decisions, (layers, tokens) slots over its label-masked tokens."""
     model = composition.model
     device = next(model.parameters()).device
+    out: list[torch.Tensor] = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        if composition.mode != "moe":
-            with composition.base_only():
-                alpha = composition.router.alphas([p.messages for p in chunk])
-            predictions.extend(int(s) for s in alpha.argmax(dim=-1))
-            continue
-        examples = [prompt_example(tokenizer, p.messages, p.tools, 0) for p in chunk]
-        batch = pad_batch(examples)
+        batch = pad_batch([prompt_example(tokenizer, p.messages, p.tools, 0) for p in chunk])
         was_training = model.training
         model.eval()
         try:
@@ -64,8 +70,8 @@ def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledP
             model.train(was_training)
         votes = torch.stack(composition.last_slots[: len(composition.routes)]).cpu()  # (layers, batch, seq)
         mask = batch["label_mask"].bool() & batch["attention_mask"].bool()
-        predictions.extend(prompt_slot(votes[:, row][:, mask[row]]) for row in range(len(chunk)))
-    return predictions
+        out.extend(votes[:, row][:, mask[row]] for row in range(len(chunk)))
+    return out
 
 
 def prompt_slot(votes: torch.Tensor) -> int:
