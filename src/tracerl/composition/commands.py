@@ -40,9 +40,9 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print composition.json to stdout."),
     ) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
-        from tracerl.composition.build import ComposeOptions, build_composition
         from pydantic import ValidationError
 
+        from tracerl.composition.build import ComposeOptions, build_composition
         from tracerl.composition.training import GateTrainingConfig
         from tracerl.core.io import describe_validation_error
 
@@ -51,7 +51,8 @@ def register(app: typer.Typer) -> None:
             raise InputError("give the adapters with --adapters DIR [DIR …]")
         try:
             gate = GateTrainingConfig(
-                learning_rate=learning_rate, lr_scheduler_type=lr_scheduler_type, max_steps=max_steps, per_device_train_batch_size=per_device_train_batch_size,
+                learning_rate=learning_rate, lr_scheduler_type=lr_scheduler_type, max_steps=max_steps,
+                per_device_train_batch_size=per_device_train_batch_size,
                 router_aux_loss_coef=router_aux_loss_coef, label_loss_coef=label_loss_coef, seed=seed,
                 logging_steps=max(1, max_steps // 20),
             )

@@ -5,9 +5,11 @@ Objective per batch (Switch Transformer style):
     loss = lm_loss_coef · LM loss (the model's own tokens, through the routed model)
          + router_aux_loss_coef · mean over layers of the load-balancing loss
          + label_loss_coef · mean over layers of the label loss toward the sequence's capability
+           (on the label-masked tokens: the episode's opening, see `tracerl.composition.examples`)
 
 In training mode the chosen expert's output is scaled by its gate probability, so the LM loss
-reaches the gates. Each logged step reports the losses, the routing entropy, the per-slot load
+reaches the gates. The learning rate follows `lr_scheduler_type` (transformers' schedules).
+Each logged step reports the losses, the learning rate, the routing entropy, the per-slot load
 (fraction of label-masked tokens routed to each slot, all layers together) and the token-level
 routing accuracy.
 """
