@@ -151,3 +151,28 @@ def test_system_prompt_keeps_the_targets_format(airline, retail):
         assert not any(line.startswith(("Cancel:", "Bags:", "Compensation:")) for line in prompt)  # its rules, not the target's
         prompt = cls(retail, difficulty=1).reset(seed=0)[0][0].content
         assert prompt.startswith("# Retail agent policy\n")
+
+
+def test_tool_results_take_the_targets_record_shape(airline, retail):
+    import json
+
+    from tracerl.core.messages import Message, ToolCall
+
+    assert set(airline.result_examples) == {"get_user_details", "get_reservation_details"}
+    env = StructuredDataReasoningEnv(airline, difficulty=0)
+    env.reset(seed=3)
+    task = env._task
+    record_id = next(iter(task.records))
+    calls = [ToolCall.make("get_user_details", {"user_id": task.user_id}, "c0"),
+             ToolCall.make("get_reservation_details", {"reservation_id": record_id}, "c1")]
+    user, reservation = (json.loads(env.step(Message.assistant(tool_calls=[c]))[0][0].content) for c in calls)
+    # the target's fields (cabin, flights, payment history…) under the template's own values
+    assert set(airline.result_examples["get_reservation_details"]) <= set(reservation)
+    assert {k: reservation[k] for k in task.records[record_id]} == task.records[record_id]
+    assert set(airline.result_examples["get_user_details"]) <= set(user)
+    assert user["user_id"] == task.user_id and user["reservations"] == list(task.records)
+    # a round trip through env.json keeps them; a tools.json target has none and answers as before
+    from tracerl.synthesis.target import Target
+
+    assert Target.from_json(airline.to_json()).result_examples == airline.result_examples
+    assert retail.result_examples is None

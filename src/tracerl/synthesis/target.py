@@ -7,11 +7,14 @@ domain rules (the lines that start with a label such as "Cancel:"), which a synt
 environment replaces with its own rules; for a tools.json, the policy's title. `tool_families`
 pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
 e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) — which is what
-every capability template is built from.
+every capability template is built from. `result_examples` keeps one observed JSON result per
+read tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
+from any trajectories), so templates can answer in the target's record shape.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ class Target:
     preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
     closing: tuple[str, ...] = ()  # its lines after the domain rules
     value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
+    result_examples: dict[str, dict[str, Any]] | None = None  # read tool -> one JSON object it returned
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -45,6 +49,7 @@ class Target:
             "preamble": list(self.preamble),
             "closing": list(self.closing),
             "value_examples": self.value_examples or {},
+            "result_examples": self.result_examples or {},
             "tools": [{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools],
         }
 
@@ -58,6 +63,7 @@ class Target:
             preamble=tuple(data.get("preamble", ())),
             closing=tuple(data.get("closing", ())),
             value_examples=data.get("value_examples") or None,
+            result_examples=data.get("result_examples") or None,
         )
 
 
@@ -93,7 +99,8 @@ def _builtin_airline() -> Target:
     preamble, closing = split_prompt(prompt)
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
-                  preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env))
+                  preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env),
+                  result_examples=_oracle_result_examples())
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
@@ -120,6 +127,33 @@ def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> d
             for name, value in action.get("arguments", {}).items():
                 add(name, value)
     return found
+
+
+def observed_result_examples(trajectories: list[Any], read_tools: set[str]) -> dict[str, dict[str, Any]]:
+    """The first JSON object each read tool returned in `trajectories` — the shape of the target's
+    records (a reservation's cabin, flights, payment history…), which template environments
+    answer in (`TemplateEnv.shaped`)."""
+    found: dict[str, dict[str, Any]] = {}
+    for trajectory in trajectories:
+        for message in trajectory.messages:
+            if message.role != "tool" or message.name not in read_tools or message.name in found:
+                continue
+            try:
+                result = json.loads(message.content or "")
+            except json.JSONDecodeError:
+                continue
+            if isinstance(result, dict):
+                found[message.name] = result
+    return found
+
+
+def _oracle_result_examples(seeds: int = 5) -> dict[str, dict[str, Any]]:
+    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.runner import Episode, rollout
+
+    env = make_env("airline")
+    trajectories = rollout(lambda: make_env("airline"), make_policy("oracle"), [Episode(seed=s) for s in range(seeds)])
+    return observed_result_examples(trajectories, {t.name for t in env.tools if t.kind == "read"})
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")

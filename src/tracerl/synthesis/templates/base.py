@@ -5,7 +5,9 @@ hints, and the oracle.
 A template subclass says how to build a task from a seed (`generate`) and how to score the
 episode from the calls it made (`score`). Everything else — tools, prompts, episode mechanics
 (from `ToolEnv`) — is here, so every template is interface-faithful the same way: its tools are
-the target's schemas verbatim, tool results are JSON objects, errors are "Error: …" texts.
+the target's schemas verbatim, tool results are JSON objects in the shape of the target's own
+results where the target has observed ones (`Target.result_examples`, `shaped`), errors are
+"Error: …" texts.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ class TemplateEnv(ToolEnv):
         def handler(**arguments: Any) -> dict[str, Any]:
             if self._task.user_id is None or arguments.get("user_id") != self._task.user_id:
                 raise ToolError(f"user {arguments.get('user_id')} not found")
-            return {"user_id": self._task.user_id, f"{self.family.entity}s": list(self._task.records)}
+            user = {"user_id": self._task.user_id, f"{self.family.entity}s": list(self._task.records)}
+            return self.shaped(self.user_tool().name, user)
 
         return handler
 
@@ -236,7 +239,7 @@ class TemplateEnv(ToolEnv):
             if record is None:
                 raise ToolError(f"{self.entity} {arguments.get(self.id_param)} not found")
             self._calls.append(Action(name=name, arguments=arguments))
-            return copy.deepcopy(record)
+            return self.shaped(self.family.check.name, record)
 
         return handler
 
@@ -249,9 +252,16 @@ class TemplateEnv(ToolEnv):
                 raise ToolError(f"{self.entity} {arguments.get(self.id_param)} not found")
             self._calls.append(Action(name=name, arguments=arguments))
             record["status"] = _VERB_STATUS.get(verb, f"{verb} done")
-            return copy.deepcopy(record)
+            return self.shaped(self.family.check.name, record)
 
         return handler
+
+    def shaped(self, tool_name: str, record: dict[str, Any]) -> dict[str, Any]:
+        """`record` in the shape of what the target's `tool_name` returned (`Target.result_examples`):
+        the observed result's fields, with the template's own fields over them. A small agent trained
+        on the target reads its usual fields; the template's rules only ever look at its own."""
+        example = (self.target.result_examples or {}).get(tool_name, {})
+        return copy.deepcopy({**example, **record})
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:
         lowered = text.lower()
