@@ -15,7 +15,8 @@ from tracerl.synthesis.envdir import load_env_dir, load_env_spec
 from tracerl.synthesis.llm import extract_code, generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
 
-LIMITS = SandboxLimits(cpu_seconds=3, wall_seconds=120, memory_bytes=1 << 30, seeds=20)
+LIMITS = SandboxLimits(cpu_seconds=6,  # the memory bomb (child start included) must hit memory first
+                       wall_seconds=120, memory_bytes=1 << 30, seeds=20)
 
 
 class CannedServer:
@@ -97,7 +98,7 @@ def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_pa
         result = generate_env_module(CAP, retail, client, "canned", limits=LIMITS, max_rounds=5)
     assert not result.ok and result.source is None and len(server.requests) == 5
     problems = [r.problem for r in result.rounds]
-    assert problems[0] == "killed: ran past the CPU-time limit of 3 s"
+    assert problems[0] == "killed: ran past the CPU-time limit of 6 s"
     assert problems[1] == "ran out of memory"
     assert "outside the module's folder is not allowed" in problems[2]
     assert "sandbox: 'socket." in problems[3]
