@@ -100,7 +100,7 @@ def _builtin_airline() -> Target:
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
                   preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env),
-                  result_examples=_oracle_result_examples())
+                  result_examples=_oracle_result_examples(env))
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
@@ -147,11 +147,10 @@ def observed_result_examples(trajectories: list[Any], read_tools: set[str]) -> d
     return found
 
 
-def _oracle_result_examples(seeds: int = 5) -> dict[str, dict[str, Any]]:
+def _oracle_result_examples(env: Any, seeds: int = 5) -> dict[str, dict[str, Any]]:
     from tracerl.envs.registry import make_env, make_policy
     from tracerl.envs.runner import Episode, rollout
 
-    env = make_env("airline")
     trajectories = rollout(lambda: make_env("airline"), make_policy("oracle"), [Episode(seed=s) for s in range(seeds)])
     return observed_result_examples(trajectories, {t.name for t in env.tools if t.kind == "read"})
 
