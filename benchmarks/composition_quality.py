@@ -159,17 +159,12 @@ def votes_by_layer(composition, tokenizer, prompts) -> dict:
     """Per-capability routing accuracy of the moe gates counted three ways: each layer's
     decisions alone (majority over tokens), every layer × token decision pooled, and per token
     (`prompt_slot`, what routing accuracy reports)."""
-    from collections import Counter
-
     from tracerl.composition.accuracy import gate_votes, prompt_slot
 
-    def majority(values: list[int]) -> int:
-        counts = Counter(values)
-        return min(counts, key=lambda s: (-counts[s], s)) if counts else 0
-
+    # one row of votes: `prompt_slot` is then the plain majority over them (ties to the lower slot)
     votes = gate_votes(composition, tokenizer, prompts)
-    ways = {f"layer {k}": lambda v, k=k: majority(v[k].tolist()) for k in range(len(composition.routes))}
-    ways |= {"pooled layer x token": lambda v: majority(v.reshape(-1).tolist()), "per token": prompt_slot}
+    ways = {f"layer {k}": lambda v, k=k: prompt_slot(v[k : k + 1]) for k in range(len(composition.routes))}
+    ways |= {"pooled layer x token": lambda v: prompt_slot(v.reshape(1, -1)), "per token": prompt_slot}
     out = {}
     for way, predict in ways.items():
         hits: dict[str, list[bool]] = {}
