@@ -77,7 +77,7 @@ def test_failing_oracle_is_caught(retail):
 
 def test_do_nothing_success_is_caught(retail):
     class Lenient(PreconditionVerificationEnv):
-        def score(self, task, calls):
+        def score(self, task, calls, attempts):
             return 1.0, {}
 
     report = validate_env(lambda: Lenient(retail), retail.tools, seeds=range(4))

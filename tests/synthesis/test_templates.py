@@ -75,6 +75,12 @@ def test_precondition_rewards(retail):
     assert play(env, forbidden, [check])[0] == 1.0
     assert play(env, forbidden, [check, wrong])[0] == pytest.approx(0.3)  # checked, then acted anyway
     assert play(env, forbidden, [])[0] == pytest.approx(0.7)  # refused without checking
+    typo = Action(name=wrong.name, arguments={**wrong.arguments, "order_id": record_id + "x"})
+    assert play(env, forbidden, [check, typo])[0] == pytest.approx(0.3)  # tried to act; only the typo failed
+    assert play(env, forbidden, [check, Action(name=wrong.name, arguments={"order_id": record_id})])[0] == pytest.approx(0.3)
+    check, act = env.oracle(allowed)
+    typo = Action(name=act.name, arguments={**act.arguments, "order_id": check.arguments["order_id"] + "x"})
+    assert play(env, allowed, [check, typo, act])[0] == 1.0  # a failed try, then the right write
     kinds = {env.reset(seed=s)[1]["task_kind"] for s in range(40)}
     assert kinds == {"allowed", "forbidden"}  # acting is right in some seeds, forbidden in others
 

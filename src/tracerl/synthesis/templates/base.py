@@ -85,8 +85,9 @@ class TemplateEnv(ToolEnv):
         """The task of one seed (all randomness from `rng`)."""
 
     @abstractmethod
-    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
-        """Reward in [0, 1] and its breakdown, from the successful tool calls, in order."""
+    def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
+        """Reward in [0, 1] and its breakdown, from the successful tool calls, in order, and every call
+        of a write tool the agent made (`attempts`: the failed ones too — a mistyped id, a bad argument)."""
 
     # --- helpers for templates -------------------------------------------------------------
     @property
@@ -278,8 +279,15 @@ class TemplateEnv(ToolEnv):
         return self._task.restate, False
 
     def _score(self) -> tuple[float, dict[str, float]]:
-        reward, breakdown = self.score(self._task, self._calls)
+        reward, breakdown = self.score(self._task, self._calls, self.write_attempts())
         return min(1.0, max(0.0, reward)), breakdown
+
+    def write_attempts(self) -> list[Action]:
+        """Every call of a write tool in this episode, in order, whether it succeeded or not."""
+        writes = {name for name in self.tool_names() if self.target.tool(name).kind == "write"}
+        return [Action(name=call.function.name, arguments=call.parsed_arguments() or {})
+                for m in self.messages if m.role == "assistant" for call in m.tool_calls or []
+                if call.function.name in writes]
 
     # --- record helpers ----------------------------------------------------------------------
     def new_ids(self, rng: random.Random, n: int) -> list[str]:

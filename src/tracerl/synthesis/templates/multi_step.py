@@ -43,7 +43,7 @@ class MultiStepCompletionEnv(TemplateEnv):
                     rules=["Requests: handle every request of the user before you close."], hint=hint, gold=gold,
                     kind=f"{n}-step", user_id=self.new_user_id(rng), n_requests=n)
 
-    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+    def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]
         done = sum(any(self.same_call(w, g) for w in writes) for g in task.gold)
         unasked = sum(not any(self.same_call(w, g) for g in task.gold) for w in writes)

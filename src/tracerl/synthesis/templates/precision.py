@@ -52,7 +52,7 @@ class ToolCallPrecisionEnv(TemplateEnv):
                     rules=["Values: use exactly the values the user gives."], hint=hint, gold=gold, kind=f"{n}-call",
                     user_id=self.new_user_id(rng), n_requests=n)
 
-    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+    def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         shares = []
         for g in task.gold:
             mine = [c for c in calls if c.name == g.name and c.arguments.get(self.id_param) == g.arguments[self.id_param]]

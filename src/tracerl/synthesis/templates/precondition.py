@@ -5,7 +5,13 @@ Task: the user asks for one write (two from difficulty 3) on a record. The polic
 conditions under which the write is allowed (1 condition at difficulty 0, up to 3). Each
 requested record passes them with probability ½. Reward per request: 0.3 for reading the
 record before any write on it, 0.7 for the right decision (the exact write when allowed, no
-write when forbidden); averaged over requests. Success needs both on every request.
+write attempted when forbidden); averaged over requests. Success needs both on every request.
+
+A write that failed still counts as acting on a forbidden record when it named that record or
+none of the task's records (a mistyped id): the agent tried to do what the policy forbids, and
+only its typo kept the database unchanged. Without this rule an agent that mistypes ids passes
+the forbidden half by accident, and copying the id right costs it reward there, the opposite of
+what the allowed half teaches.
 """
 
 from __future__ import annotations
@@ -77,7 +83,7 @@ class PreconditionVerificationEnv(TemplateEnv):
                     gold=gold, kind=kind, expected={"allowed": allowed, "act": act.name},
                     user_id=self.new_user_id(rng), n_requests=n)
 
-    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+    def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         checked_total, decided_total = 0.0, 0.0
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
         for record_id, args in allowed.items():
@@ -85,7 +91,8 @@ class PreconditionVerificationEnv(TemplateEnv):
             reads = self.on_record(calls, record_id, write=False)
             checked = bool(reads) and (not writes or reads[0][0] < writes[0][0])
             if args is None:
-                decided = not writes
+                named = [a.arguments.get(self.id_param) for a in attempts]
+                decided = not any(i == record_id or not (isinstance(i, str) and i in allowed) for i in named)
             else:
                 gold = Action(name=task.expected["act"], arguments=args)
                 decided = len(writes) == 1 and self.same_call(writes[0][1], gold)

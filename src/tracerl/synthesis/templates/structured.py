@@ -66,7 +66,7 @@ class StructuredDataReasoningEnv(TemplateEnv):
                     kind=f"{key}{'-active' if filtered else ''}-of-{n}", expected={"ids": ids, "gold": gold[-1]},
                     user_id=self.new_user_id(rng))
 
-    def score(self, task: Task, calls: list[Action]) -> tuple[float, dict[str, float]]:
+    def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         ids = task.expected["ids"]
         read = {c.arguments.get(self.id_param) for c in calls if not self.is_write(c)}
         read_share = sum(i in read for i in ids) / len(ids)
