@@ -81,6 +81,7 @@ def test_precondition_rewards(retail):
     check, act = env.oracle(allowed)
     typo = Action(name=act.name, arguments={**act.arguments, "order_id": check.arguments["order_id"] + "x"})
     assert play(env, allowed, [check, typo, act])[0] == 1.0  # a failed try, then the right write
+    assert play(env, allowed, [check, typo])[0] == pytest.approx(0.7)  # right decision, mistyped id
     kinds = {env.reset(seed=s)[1]["task_kind"] for s in range(40)}
     assert kinds == {"allowed", "forbidden"}  # acting is right in some seeds, forbidden in others
 

@@ -3,15 +3,18 @@ of the record reveals which.
 
 Task: the user asks for one write (two from difficulty 3) on a record. The policy lists the
 conditions under which the write is allowed (1 condition at difficulty 0, up to 3). Each
-requested record passes them with probability ½. Reward per request: 0.3 for reading the
-record before any write on it, 0.7 for the right decision (the exact write when allowed, no
-write attempted when forbidden); averaged over requests. Success needs both on every request.
+requested record passes them with probability ½. Reward per request, averaged over requests:
+0.3 for reading the record before any write on it; 0.4 for the right decision — trying the write
+when it is allowed, trying none when it is forbidden; 0.3 for the outcome — the exact write done
+when allowed, none when forbidden. Success needs all three on every request.
 
-A write that failed still counts as acting on a forbidden record when it named that record or
-none of the task's records (a mistyped id): the agent tried to do what the policy forbids, and
-only its typo kept the database unchanged. Without this rule an agent that mistypes ids passes
-the forbidden half by accident, and copying the id right costs it reward there, the opposite of
-what the allowed half teaches.
+Decisions are read from every write call the agent made, the failed ones too. A failed write
+counts as trying it on a record when it named that record or none of the task's records (a
+mistyped id): the agent tried to do what the policy forbids, and only its typo kept the database
+unchanged. Scored on successful calls alone, an agent that mistypes ids passes the forbidden half
+by accident, and copying the id right costs it reward there. And without the decision's own
+share, refusing an allowed request scores what a mistyped write does, so an agent that cannot yet
+copy ids learns to refuse everything (measured: 100% refusals after 24 GRPO steps).
 """
 
 from __future__ import annotations
@@ -84,20 +87,21 @@ class PreconditionVerificationEnv(TemplateEnv):
                     user_id=self.new_user_id(rng), n_requests=n)
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
-        checked_total, decided_total = 0.0, 0.0
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
+        named = [a.arguments.get(self.id_param) for a in attempts]
+        checked = decided = done = 0.0
         for record_id, args in allowed.items():
             writes = self.on_record(calls, record_id, write=True)
             reads = self.on_record(calls, record_id, write=False)
-            checked = bool(reads) and (not writes or reads[0][0] < writes[0][0])
+            checked += bool(reads) and (not writes or reads[0][0] < writes[0][0])
+            tried = any(i == record_id or not (isinstance(i, str) and i in allowed) for i in named)
             if args is None:
-                named = [a.arguments.get(self.id_param) for a in attempts]
-                decided = not any(i == record_id or not (isinstance(i, str) and i in allowed) for i in named)
+                decided += not tried
+                done += not tried
             else:
                 gold = Action(name=task.expected["act"], arguments=args)
-                decided = len(writes) == 1 and self.same_call(writes[0][1], gold)
-            checked_total += checked
-            decided_total += decided
+                decided += tried
+                done += len(writes) == 1 and self.same_call(writes[0][1], gold)
         n = len(allowed)
-        checked, decided = checked_total / n, decided_total / n
-        return 0.3 * checked + 0.7 * decided, {"checked": checked, "decision": decided}
+        checked, decided, done = checked / n, decided / n, done / n
+        return 0.3 * checked + 0.4 * decided + 0.3 * done, {"checked": checked, "decision": decided, "outcome": done}
