@@ -95,6 +95,12 @@ def test_multi_step_rewards(retail):
     extra = Action(name=gold[0].name, arguments={**gold[1].arguments, "order_id": gold[0].arguments["order_id"]})
     if extra.arguments != gold[0].arguments:
         assert play(env, 3, gold + [extra])[0] == pytest.approx(0.5)  # all done, one unasked write: halved
+    typos = [Action(name=g.name, arguments={**g.arguments, "order_id": g.arguments["order_id"] + "x"}) for g in gold]
+    assert play(env, 3, typos)[0] == pytest.approx(0.5)  # every request tried, none done
+    assert play(env, 3, typos[:1] + gold[1:2])[0] == pytest.approx(0.5 * 2 / 4 + 0.5 * 1 / 4)
+    same_tool = sum(g.name == gold[0].name for g in gold)
+    assert play(env, 3, typos[:1])[0] == pytest.approx(0.5 / 4)  # one call tries one request, not every one of its tool
+    assert play(env, 3, typos[:1] * 4)[0] == pytest.approx(0.5 * same_tool / 4)
 
 
 def test_structured_rewards(retail):

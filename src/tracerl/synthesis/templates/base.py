@@ -16,6 +16,7 @@ import copy
 import json
 import random
 from abc import abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -164,6 +165,12 @@ class TemplateEnv(ToolEnv):
         """(position, call) of the reads (write=False) or writes (write=True) on one record."""
         return [(i, c) for i, c in enumerate(calls)
                 if c.arguments.get(self.id_param) == record_id and self.is_write(c) == write]
+
+    def names_record(self, attempt: Action, record_id: str, record_ids: Collection[str]) -> bool:
+        """Whether a write attempt was on `record_id`: it names it, or it names none of the task's
+        records (`record_ids`) — a mistyped or missing id, which is then taken to mean this one."""
+        named = attempt.arguments.get(self.id_param)
+        return named == record_id or not (isinstance(named, str) and named in record_ids)
 
     @staticmethod
     def same_call(a: Action, b: Action) -> bool:

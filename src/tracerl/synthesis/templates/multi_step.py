@@ -1,9 +1,12 @@
 """multi_step_completion: the user asks for several writes; every one of them must be done.
 
 Task: 2 + difficulty requests (at most 6), each a write on its own record with the values the
-user gives; the ids are in the request, so no read is needed. Reward: the fraction of requested
-writes done exactly, halved if any write was made that nobody asked for. Success = all done,
-nothing else changed.
+user gives; the ids are in the request, so no read is needed. Reward: per request, 0.5 for trying
+it (a call of its write tool on its record, failed calls and mistyped ids included — see
+`names_record`; each call counts for one request) and 0.5 for doing it exactly; averaged, and
+halved if any write was made that nobody asked for. Success = all done exactly, nothing else
+changed. The trying half is the capability itself: scored on exact writes alone, an agent that
+still mistypes ids earns nothing for carrying on to the next request instead of closing early.
 """
 
 from __future__ import annotations
@@ -47,6 +50,22 @@ class MultiStepCompletionEnv(TemplateEnv):
         writes = [c for c in calls if self.is_write(c)]
         done = sum(any(self.same_call(w, g) for w in writes) for g in task.gold)
         unasked = sum(not any(self.same_call(w, g) for g in task.gold) for w in writes)
-        completed = done / len(task.gold)
-        reward = completed * (0.5 if unasked else 1.0)
-        return reward, {"completed": completed, "unrequested_writes": float(unasked)}
+        tried = self.tried_requests(task.gold, attempts)
+        n = len(task.gold)
+        reward = (0.5 * tried / n + 0.5 * done / n) * (0.5 if unasked else 1.0)
+        return reward, {"tried": tried / n, "completed": done / n, "unrequested_writes": float(unasked)}
+
+    def tried_requests(self, gold: list[Action], attempts: list[Action]) -> int:
+        """How many requests have a write attempt of their tool on their record; calls naming a record
+        are matched first, then calls naming none (mistyped ids), each call to one request."""
+        ids = {g.arguments[self.id_param] for g in gold}
+        pending, unused = list(gold), list(attempts)
+        for exact in (True, False):
+            for g in list(pending):
+                record_id = g.arguments[self.id_param]
+                match = next((a for a in unused if a.name == g.name and self.names_record(a, record_id, ids)
+                              and (a.arguments.get(self.id_param) == record_id) == exact), None)
+                if match is not None:
+                    pending.remove(g)
+                    unused.remove(match)
+        return len(gold) - len(pending)

@@ -88,13 +88,12 @@ class PreconditionVerificationEnv(TemplateEnv):
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
-        named = [a.arguments.get(self.id_param) for a in attempts]
         checked = decided = done = 0.0
         for record_id, args in allowed.items():
             writes = self.on_record(calls, record_id, write=True)
             reads = self.on_record(calls, record_id, write=False)
             checked += bool(reads) and (not writes or reads[0][0] < writes[0][0])
-            tried = any(i == record_id or not (isinstance(i, str) and i in allowed) for i in named)
+            tried = any(self.names_record(a, record_id, allowed) for a in attempts)
             if args is None:
                 decided += not tried
                 done += not tried
