@@ -34,6 +34,34 @@ def builtin_env_dirs(root: Path, difficulty: int) -> list[Path]:
                           target) for cap in sorted(TEMPLATES)]
 
 
+def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: list[int],
+                     max_new_tokens: int) -> dict:
+    """Greedy episodes of `base` (+ the adapter in `adapter_dir`) on `seeds` of the environment in
+    `env_dir`: the success rate, and per task kind the episodes, successes and mean reward terms (a
+    template's `reward_breakdown`, e.g. precondition's decision on allowed vs forbidden records)."""
+    from collections import defaultdict
+
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.synthesis.envdir import load_env_dir
+
+    policy = LocalPolicy(*load_model(base), temperature=0.0, max_new_tokens=max_new_tokens)  # a fresh copy
+    if adapter_dir is not None:
+        policy.load_adapter("adapter", adapter_dir)
+    episodes = [Episode(seed=s, adapter=None if adapter_dir is None else "adapter") for s in seeds]
+    trajs = rollout(load_env_dir(env_dir), policy, episodes)
+    by_kind: dict[str, list] = defaultdict(list)
+    for t in trajs:
+        by_kind[str(t.info.get("task_kind"))].append(t)
+    kinds = {}
+    for kind, group in sorted(by_kind.items()):
+        terms = sorted({k for t in group for k in t.reward_breakdown})
+        kinds[kind] = {"episodes": len(group), "passed": sum(t.passed for t in group),
+                       **{k: round(sum(t.reward_breakdown.get(k, 0.0) for t in group) / len(group), 3)
+                          for k in terms}}
+    return {"success": sum(t.passed for t in trajs) / len(seeds), "by_kind": kinds}
+
+
 def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -66,6 +94,8 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None, help="capability names to run")
     ap.add_argument("--max-rollouts", type=int, default=None,
                     help="stop each adapter's training after this many rollouts (default: the config's max_steps)")
+    ap.add_argument("--final-episodes", type=int, default=0,
+                    help="also play base and final adapter greedily on this many held-out seeds (0: skip)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -88,9 +118,20 @@ def main() -> None:
         summary["rows"] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
         first, last = summary["eval_success_first"], summary["eval_success_last"]
         summary["gain_points"] = None if first is None else round(100 * (last - first), 1)
+        if args.final_episodes:
+            from tracerl.training.config import load_config
+
+            cfg = load_config(args.config)
+            seeds = [cfg.eval_seed_start + i for i in range(args.final_episodes)]
+            base_eval = held_out_success(env_dir, args.base, None, seeds, cfg.max_new_tokens)
+            adapter_eval = held_out_success(env_dir, args.base, out, seeds, cfg.max_new_tokens)
+            summary["final_eval"] = {"episodes": args.final_episodes, "base": base_eval, "adapter": adapter_eval,
+                                     "gain_points": round(100 * (adapter_eval["success"] - base_eval["success"]), 1)}
         results.append(summary)
         console.print(f"{env_dir.name}: {first} → {last} ({summary['gain_points']} pts) in {summary['wall_s']} s, "
-                      f"{summary['rollouts_used']} rollouts")
+                      f"{summary['rollouts_used']} rollouts" + (f"; on {args.final_episodes} held-out seeds "
+                      f"{summary['final_eval']['base']['success']:.3f} → {summary['final_eval']['adapter']['success']:.3f}"
+                      if args.final_episodes else ""))
     summary_path = args.out / "summary.json"
     if summary_path.exists():  # keep the capabilities this call did not rerun (--only)
         rerun = {r["capability"] for r in results}

@@ -39,7 +39,9 @@ Write ONE self-contained Python module (answer with a single ```python code bloc
 - Opening messages: a short system prompt starting with the target's title line, then the user's request.
 - Reward: computed by code from the tool calls, the state and the final answer (no LLM judge); multi-level where
   it makes sense; 1.0 only when the task is solved. The oracle must score 1.0; saying only
-  "I'm sorry, I can't help with that." must score < 1.
+  "I'm sorry, I can't help with that." must score < 1. Judge decisions from every call the agent made, failed
+  ones included (a forbidden write that failed on a mistyped id is still a violation), and give the decision
+  its own share of the reward apart from the exact execution.
 - Hints: when `options.get("hint")`, append an expert-guidance paragraph to the system prompt; always put
   `info["_hint"]` (the hint text) and `info["_prompt_without_hint"]` (the opening messages without it). The hint
   guides; it must not contain any argument value of the gold calls.
