@@ -2,7 +2,8 @@
 
 Defaults follow the paper / reference (GPU scale): LoRA r 16, alpha 16 on all seven projections,
 clip-higher ε 0.2 / 0.28, no KL (β 0), temperature 1.0. `configs/train-tiny.yaml` holds the values
-measured to work for the embedded tiny agent on CPU (r 8, lr 2e-3, 8 groups × 8 rollouts).
+measured to work for the embedded tiny agent on CPU (r 8, lr 2e-3, temperature 0.7, 24 steps of 8 groups × 8
+rollouts).
 """
 
 from __future__ import annotations
