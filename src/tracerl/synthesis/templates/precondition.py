@@ -14,7 +14,8 @@ mistyped id): the agent tried to do what the policy forbids, and only its typo k
 unchanged. Scored on successful calls alone, an agent that mistypes ids passes the forbidden half
 by accident, and copying the id right costs it reward there. And without the decision's own
 share, refusing an allowed request scores what a mistyped write does, so an agent that cannot yet
-copy ids learns to refuse everything (measured: 100% refusals after 24 GRPO steps).
+copy ids learns to refuse everything (measured: after 24 GRPO steps it refused every allowed
+request whose record it read).
 """
 
 from __future__ import annotations
