@@ -63,8 +63,8 @@ class MultiStepCompletionEnv(TemplateEnv):
         for exact in (True, False):
             for g in list(pending):
                 record_id = g.arguments[self.id_param]
-                match = next((a for a in unused if a.name == g.name and self.names_record(a, record_id, ids)
-                              and (a.arguments.get(self.id_param) == record_id) == exact), None)
+                match = next((a for a in unused if a.name == g.name and (
+                    a.arguments.get(self.id_param) == record_id if exact else self.names_record(a, record_id, ids))), None)
                 if match is not None:
                     pending.remove(g)
                     unused.remove(match)
