@@ -140,6 +140,19 @@ def test_user_answers_like_the_airline_user(airline):
     assert terminated and out[0].content == "No, thank you. Goodbye."
 
 
+def test_requests_open_like_the_airline_users(airline):
+    from tracerl.envs.registry import make_env
+
+    airline_openings = [make_env("airline").reset(seed=s)[0][-1].content for s in range(8)]
+    assert any(o.startswith("Hi! I have 2 requests. First, ") for o in airline_openings)
+    env = MultiStepCompletionEnv(airline, difficulty=0)
+    opening = env.reset(seed=3)[0][-1].content
+    first, second = (env.request_phrase(env.target.tool(g.name), g.arguments["reservation_id"], g.arguments)
+                     for g in env._task.gold)
+    assert opening == f"Hi! I have 2 requests. First, {first}. Second, {second}."
+    assert env._task.restate == f"I want to: {first}; {second}."
+
+
 def test_hint_goes_into_system_prompt_and_is_strippable(retail):
     env = StructuredDataReasoningEnv(retail, difficulty=2)
     plain, _ = env.reset(seed=4)

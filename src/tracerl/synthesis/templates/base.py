@@ -37,6 +37,7 @@ REFUSAL_WORDS = ("cannot",)
 CONFIRM_WORDS = ("confirm", "proceed")
 GOODBYE = "No, thank you. Goodbye."
 MAX_DIFFICULTY = 4
+_ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth")  # at most 6 requests per task
 
 
 @dataclass
@@ -123,10 +124,12 @@ class TemplateEnv(ToolEnv):
         return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
     def opening(self, requests: list[str]) -> tuple[str, str]:
-        """(opening, restatement) in the airline user's style: "Hi! I want to …" / "I want to: …; …"."""
+        """(opening, restatement) in the airline user's style: "Hi! I want to …." and "I want to …." for
+        one request; "Hi! I have 2 requests. First, …. Second, …." and "I want to: …; …." for several."""
         if len(requests) == 1:
             return f"Hi! I want to {requests[0]}.", f"I want to {requests[0]}."
-        return "Hi! I want to: " + "; ".join(requests) + ".", "I want to: " + "; ".join(requests) + "."
+        listed = " ".join(f"{_ORDINALS[i]}, {r}." for i, r in enumerate(requests))
+        return f"Hi! I have {len(requests)} requests. {listed}", "I want to: " + "; ".join(requests) + "."
 
     def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None) -> str:
         """'cancel_pending_order' on '#W1' → 'cancel pending order #W1 (reason: "no longer needed")'."""
