@@ -13,8 +13,9 @@
    back is not.
 2. Free generation (with --rollouts, e.g. from `tracerl collect --policy model:DIR`): the share of
    first `get_user_details` calls whose user id is exact, and whose first name, last name and
-   digits are right; and of all `reservation_id` arguments, the share that is a code the user
-   named earlier in the conversation.
+   digits are right; of all `reservation_id` arguments, the share that is a code the user
+   named earlier in the conversation; and of the read and of the write calls, the share whose
+   every id was copied from an earlier user or tool message (`copied_ids`).
 """
 
 from __future__ import annotations
@@ -109,7 +110,27 @@ def free_generation_reservations(trajectories) -> dict[str, float]:
                 counts["named by the user"] += value in named
     n = max(1, counts["arguments"])
     return {"arguments": counts["arguments"],
-            "named by the user": round(counts["named by the user"] / n, 3)}
+            "named by the user": round(counts["named by the user"] / n, 3),
+            "calls whose ids were all copied": copied_ids(trajectories)}
+
+
+def copied_ids(trajectories) -> dict[str, dict[str, float]]:
+    """Of the read and of the write tool calls (by the tools' kinds) that pass an id (a string argument
+    named `…_id`), the share whose every id appeared verbatim in an earlier user or tool message."""
+    counts = {"read": [0, 0], "write": [0, 0]}
+    for t in trajectories:
+        kinds = {tool.name: tool.kind for tool in t.tools}
+        seen = ""
+        for m in t.messages:
+            if m.role in ("user", "tool"):
+                seen += "\n" + (m.content or "")
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                ids = [v for k, v in (call.parsed_arguments() or {}).items() if k.endswith("_id") and isinstance(v, str)]
+                kind = kinds.get(call.function.name)
+                if ids and kind in counts:
+                    counts[kind][0] += 1
+                    counts[kind][1] += all(v in seen for v in ids)
+    return {f"{kind}s": {"calls": n, "copied": round(ok / n, 3) if n else None} for kind, (n, ok) in counts.items()}
 
 
 def main() -> None:

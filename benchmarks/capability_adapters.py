@@ -37,10 +37,12 @@ def builtin_env_dirs(root: Path, difficulty: int) -> list[Path]:
 def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: list[int],
                      max_new_tokens: int) -> dict:
     """Greedy episodes of `base` (+ the adapter in `adapter_dir`) on `seeds` of the environment in
-    `env_dir`: the success rate, and per task kind the episodes, successes and mean reward terms (a
-    template's `reward_breakdown`, e.g. precondition's decision on allowed vs forbidden records)."""
+    `env_dir`: the success rate, per task kind the episodes, successes and mean reward terms (a
+    template's `reward_breakdown`, e.g. precondition's decision on allowed vs forbidden records), and
+    the share of read and of write calls whose ids were copied from the conversation."""
     from collections import defaultdict
 
+    from agent_id_copying import copied_ids
     from tracerl.envs.runner import Episode, rollout
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.synthesis.envdir import load_env_dir
@@ -59,7 +61,7 @@ def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: 
         kinds[kind] = {"episodes": len(group), "passed": sum(t.passed for t in group),
                        **{k: round(sum(t.reward_breakdown.get(k, 0.0) for t in group) / len(group), 3)
                           for k in terms}}
-    return {"success": sum(t.passed for t in trajs) / len(seeds), "by_kind": kinds}
+    return {"success": sum(t.passed for t in trajs) / len(seeds), "by_kind": kinds, "id_copies": copied_ids(trajs)}
 
 
 def plot(results: list[dict], path: Path) -> None:
