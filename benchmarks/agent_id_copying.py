@@ -95,7 +95,7 @@ def free_generation(trajectories) -> dict[str, float]:
     return {"calls": counts["calls"], **{k: round(counts[k] / calls, 3) for k in ("exact", "first name", "last name", "digits")}}
 
 
-def free_generation_reservations(trajectories) -> dict[str, float]:
+def free_generation_reservations(trajectories) -> dict:
     counts = defaultdict(int)
     for t in trajectories:
         named: set[str] = set()
