@@ -3,8 +3,8 @@
     python benchmarks/agent_id_copying.py --model DIR [--rollouts test.jsonl]
 
 1. Teacher-forced: in held-out demonstrations of the flawed airline policy (train seeds 90,000 +
-   i, beyond the episodes `build-agent` trains and drills on; session 3's figures used 2,100 + i,
-   which the drills now cover), the model's greedy next-token prediction on each
+   i, beyond the episodes `build-agent` trains and drills on; figures before a94b916 used
+   2,100 + i, which the drills now cover), the model's greedy next-token prediction on each
    token of the user id in the first `get_user_details` call and of the opening's reservation id
    in the first `get_reservation_details` call — "k/n" per position, so a model that finds the
    first token but not the rest (or the reverse) shows it.

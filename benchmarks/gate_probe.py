@@ -7,7 +7,7 @@ hidden state. This fits exactly that (full batch, Adam lr 1e-2, 400 steps, label
 on the base model's hidden states, one probe per layer, from two kinds of training tokens:
 
 - `trajectories`: every token from the first user turn to the end of each rollout in
-  --rollouts (labelled by `info.capability`) — the gates' label span before session 7;
+  --rollouts (labelled by `info.capability`) — the gates' label span before 1b07a17;
 - `openings`: the tokens of the first user turn and the generation prompt of each environment's
   training seeds 0..63 — the label span now (`tracerl.composition.examples`).
 
