@@ -7,12 +7,9 @@ import torch
 
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+TAU2_DATA = Path(__file__).resolve().parent / "data" / "tau2"  # τ²-bench data files, see its PROVENANCE.md
 
 
 @pytest.fixture
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.fail(f"τ²-bench data not found at {SHARED} (shared/ must sit beside the checkout)")
-    return SHARED
+def tau2_data() -> Path:
+    return TAU2_DATA

@@ -83,8 +83,8 @@ def test_malformed_jsonl_names_file_and_line(tmp_path, line, expected):
     assert "\n" not in str(err.value)
 
 
-def test_load_tools_json_kinds_and_signature(shared_dir):
-    tools = {t.name: t for t in load_tools_json(shared_dir / "tau2" / "airline" / "tools.json")}
+def test_load_tools_json_kinds_and_signature(tau2_data):
+    tools = {t.name: t for t in load_tools_json(tau2_data / "airline" / "tools.json")}
     assert tools["cancel_reservation"].kind == "write"
     assert tools["get_user_details"].kind == "read"
     assert tools["calculate"].kind == "generic"

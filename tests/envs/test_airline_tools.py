@@ -17,9 +17,9 @@ REQUIRED = {
 }
 
 
-def test_schemas_match_tau2_tools_json(shared_dir):
+def test_schemas_match_tau2_tools_json(tau2_data):
     """Same tool names, parameter names, JSON types, required lists and kinds as τ²-bench's airline tools."""
-    theirs = {t.name: t for t in load_tools_json(shared_dir / "tau2" / "airline" / "tools.json")}
+    theirs = {t.name: t for t in load_tools_json(tau2_data / "airline" / "tools.json")}
     ours = {t.name: t for t in AirlineTools().schemas}
     assert set(ours) == REQUIRED
     for name, schema in ours.items():

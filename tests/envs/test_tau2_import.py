@@ -15,8 +15,8 @@ from tracerl.envs.loading import load_rollouts
 
 
 @pytest.fixture
-def sample(shared_dir: Path) -> Path:
-    return shared_dir / "tau2" / "retail" / "sample_results.json"
+def sample(tau2_data: Path) -> Path:
+    return tau2_data / "retail" / "sample_results.json"
 
 
 @pytest.fixture
@@ -58,8 +58,8 @@ def test_error_tool_messages_start_with_error(sample: Path) -> None:
     assert len(errors) == 28
 
 
-def test_tools_json_gives_full_schemas(sample: Path, shared_dir: Path) -> None:
-    tools_path = shared_dir / "tau2" / "retail" / "tools.json"
+def test_tools_json_gives_full_schemas(sample: Path, tau2_data: Path) -> None:
+    tools_path = tau2_data / "retail" / "tools.json"
     trajs = load_rollouts(sample, tools=tools_path)
     t = trajs[0]
     assert t.info["tools_source"] == "tools.json"
@@ -68,8 +68,8 @@ def test_tools_json_gives_full_schemas(sample: Path, shared_dir: Path) -> None:
     assert schema.kind == "write" and "order_id" in schema.parameters["properties"]
 
 
-def test_tool_defs_in_file_win(doc: dict, tmp_path: Path, shared_dir: Path) -> None:
-    doc["info"]["environment_info"]["tool_defs"] = json.loads((shared_dir / "tau2" / "retail" / "tools.json").read_text())
+def test_tool_defs_in_file_win(doc: dict, tmp_path: Path, tau2_data: Path) -> None:
+    doc["info"]["environment_info"]["tool_defs"] = json.loads((tau2_data / "retail" / "tools.json").read_text())
     doc["info"]["environment_info"]["policy"] = "You are a retail agent."
     path = tmp_path / "results.json"
     path.write_text(json.dumps(doc))

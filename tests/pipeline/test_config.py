@@ -1,8 +1,24 @@
+import re
+from pathlib import Path
+
 import pytest
 
 from tracerl.config import DEMO_CONFIG, RunConfig, load_run_config
 from tracerl.core.errors import InputError
 from tracerl.cli import main
+
+
+TAU2_DATA = Path(__file__).resolve().parents[1] / "data" / "tau2"
+
+
+def tau2_config(tmp_path: Path) -> Path:
+    """configs/tau2-retail-select.yaml with its τ²-bench files taken from tests/data (same lines)."""
+    text = (DEMO_CONFIG.parents[3] / "configs" / "tau2-retail-select.yaml").read_text()
+    text, n = re.subn(r"\S*shared/tau2/", f"{TAU2_DATA.as_posix()}/", text)
+    assert n == 2, "the config's τ²-bench paths moved"
+    path = tmp_path / "tau2-retail-select.yaml"
+    path.write_text(text)
+    return path
 
 
 def test_defaults_are_complete_and_documented():
@@ -16,13 +32,13 @@ def test_defaults_are_complete_and_documented():
         assert len(undocumented) <= len(fields) // 2, (section, undocumented)
 
 
-def test_demo_config_loads_and_the_example_configs_load(shared_dir):
+def test_demo_config_loads_and_the_example_configs_load(tmp_path):
     demo = load_run_config(DEMO_CONFIG)
     assert demo.model.base == "tiny-agent" and demo.select.labeler == "rules"
     repo = DEMO_CONFIG.parents[3]
     assert (repo / "configs" / "demo.yaml").read_text() == DEMO_CONFIG.read_text()
-    for name in ("qwen3-8b-gpu.yaml", "tau2-retail-select.yaml"):
-        load_run_config(repo / "configs" / name)
+    load_run_config(repo / "configs" / "qwen3-8b-gpu.yaml")
+    load_run_config(tau2_config(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -53,15 +69,15 @@ def test_run_with_bad_config_exits_2_before_anything_runs(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_tau2_config_selects_and_synthesizes_then_stops_and_resumes(tmp_path, capsys, shared_dir):
-    repo = DEMO_CONFIG.parents[3]
+def test_tau2_config_selects_and_synthesizes_then_stops_and_resumes(tmp_path, capsys):
+    config = tau2_config(tmp_path)
     ws = tmp_path / "ws"
-    assert main(["run", str(repo / "configs" / "tau2-retail-select.yaml"), "-w", str(ws), "--json"]) == 0
+    assert main(["run", str(config), "-w", str(ws), "--json"]) == 0
     import json
 
     log = json.loads(capsys.readouterr().out)
     assert [s["stage"] for s in log["stages"]] == ["collect", "select", "synthesize"]
     assert log["stages"][1]["summary"]["selected"] == ["multi_step_completion", "tool_call_precision"]
     assert sorted(p.name for p in (ws / "envs").iterdir() if p.is_dir()) == ["multi_step_completion", "tool_call_precision"]
-    assert main(["run", str(repo / "configs" / "tau2-retail-select.yaml"), "-w", str(ws), "--json"]) == 0
+    assert main(["run", str(config), "-w", str(ws), "--json"]) == 0
     assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])

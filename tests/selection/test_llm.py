@@ -111,8 +111,8 @@ def config(url: str, **kw: Any) -> LLMConfig:
 
 
 @pytest.fixture
-def trajectories(shared_dir: Path) -> list:
-    ts = load_rollouts(shared_dir / "tau2" / "retail" / "sample_results.json")
+def trajectories(tau2_data: Path) -> list:
+    ts = load_rollouts(tau2_data / "retail" / "sample_results.json")
     return [t for t in ts if not t.passed][:4] + [t for t in ts if t.passed][:4]
 
 

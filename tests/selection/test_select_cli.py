@@ -15,8 +15,8 @@ PLANTED = {"multi_step_completion", "tool_call_precision"}
 
 
 @pytest.fixture
-def sample(shared_dir: Path) -> Path:
-    return shared_dir / "tau2" / "retail" / "sample_results.json"
+def sample(tau2_data: Path) -> Path:
+    return tau2_data / "retail" / "sample_results.json"
 
 
 def test_builtin_catalogue() -> None:

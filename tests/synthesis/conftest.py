@@ -9,17 +9,17 @@ sys.path.insert(0, str(Path(__file__).parent))  # synthesis_cases (pytest runs w
 
 from tracerl.synthesis.target import Target, load_target
 
+TAU2_DATA = Path(__file__).resolve().parents[1] / "data" / "tau2"
+
 
 @pytest.fixture(scope="session")
 def retail(request) -> Target:
-    shared = Path(__file__).resolve().parents[2].parent / "shared"
-    return load_target(str(shared / "tau2" / "retail" / "tools.json"))
+    return load_target(str(TAU2_DATA / "retail" / "tools.json"))
 
 
 @pytest.fixture(scope="session")
 def tau2_airline() -> Target:
-    shared = Path(__file__).resolve().parents[2].parent / "shared"
-    return load_target(str(shared / "tau2" / "airline" / "tools.json"))
+    return load_target(str(TAU2_DATA / "airline" / "tools.json"))
 
 
 @pytest.fixture(scope="session")
