@@ -1,3 +1,4 @@
+import os
 import re
 from pathlib import Path
 
@@ -12,9 +13,11 @@ TAU2_DATA = Path(__file__).resolve().parents[1] / "data" / "tau2"
 
 
 def tau2_config(tmp_path: Path) -> Path:
-    """configs/tau2-retail-select.yaml with its τ²-bench files taken from tests/data (same lines)."""
+    """configs/tau2-retail-select.yaml with its τ²-bench files taken from tests/data (same lines,
+    paths relative to the copy as in the original)."""
     text = (DEMO_CONFIG.parents[3] / "configs" / "tau2-retail-select.yaml").read_text()
-    text, n = re.subn(r"\S*shared/tau2/", f"{TAU2_DATA.as_posix()}/", text)
+    data = Path(os.path.relpath(TAU2_DATA, tmp_path)).as_posix()
+    text, n = re.subn(r"\S*shared/tau2/", f"{data}/", text)
     assert n == 2, "the config's τ²-bench paths moved"
     path = tmp_path / "tau2-retail-select.yaml"
     path.write_text(text)
