@@ -120,12 +120,11 @@ def main() -> None:
     variants.append(("peft-1", peft_model.to(device).eval(), {}))
 
     composed = copy.deepcopy(base)
-    composition = compose(composed, adapters, mode="moe", gate_init_std=1.0, seed=0)
-    variants += [("moe-dense", composed.to(device), {"strategy": "dense"}), ("moe-gather", composed, {"strategy": "gather"})]
+    composition = compose(composed.to(device), adapters, mode="moe", gate_init_std=1.0, seed=0)
+    moe = composition.composed_model  # routes every call through per-call hooks
+    variants += [("moe-dense", moe, {"strategy": "dense"}), ("moe-gather", moe, {"strategy": "gather"})]
 
-    task = copy.deepcopy(base)
-    compose(task, adapters, mode="merge")
-    task.to(device)
+    task = compose(copy.deepcopy(base).to(device), adapters, mode="merge").composed_model
     one_hot = torch.zeros(args.batch, args.experts + 1, dtype=dtype, device=device)
     one_hot[torch.arange(args.batch), torch.arange(args.batch) % args.experts + 1] = 1
     alpha = torch.full((args.batch, args.experts + 1), 1.0 / (args.experts + 1), dtype=dtype, device=device)
@@ -143,8 +142,11 @@ def main() -> None:
             if round_ > 0:  # round 0 warms up
                 times[name] += step_times
     GatedLoRALinear.strategy = "dense"
-    load = torch.bincount(torch.cat([s.reshape(-1).cpu() for s in composition.last_slots]), minlength=args.experts + 1)
-    print("moe slot load (last step):", [round(x, 3) for x in (load / load.sum()).tolist()])
+    prompt = torch.randint(0, args.vocab, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0)).to(device)
+    with torch.no_grad(), composition.routing() as call:
+        composed(input_ids=prompt)
+    load = torch.bincount(torch.cat([s.reshape(-1).cpu() for s in call.slots]), minlength=args.experts + 1)
+    print("moe slot load (one prompt batch, all layers):", [round(x, 3) for x in (load / load.sum()).tolist()])
     results = {name: statistics.median(t) * 1000 for name, t in times.items()}
 
     report = {

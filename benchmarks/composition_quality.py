@@ -163,7 +163,7 @@ def votes_by_layer(composition, tokenizer, prompts) -> dict:
 
     # one row of votes: `prompt_slot` is then the plain majority over them (ties to the lower slot)
     votes = gate_votes(composition, tokenizer, prompts)
-    ways = {f"layer {k}": lambda v, k=k: prompt_slot(v[k : k + 1]) for k in range(len(composition.routes))}
+    ways = {f"layer {k}": lambda v, k=k: prompt_slot(v[k : k + 1]) for k in range(len(composition.layers))}
     ways |= {"pooled layer x token": lambda v: prompt_slot(v.reshape(1, -1)), "per token": prompt_slot}
     out = {}
     for way, predict in ways.items():

@@ -35,7 +35,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    from tracerl.composition.composed import rms_normalised
+    from tracerl.composition.routing import rms_normalised
     from tracerl.composition.examples import GateExample, prompt_example, templated_with_assistant_mask, user_turn_start
     from tracerl.composition.training import pad_batch
     from tracerl.core.io import read_jsonl

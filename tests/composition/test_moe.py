@@ -41,20 +41,23 @@ def test_single_expert_forced_equals_peft_model(setup, strategy):
     base, dirs = setup
     model = copy.deepcopy(base)
     composition = compose(model, [load_adapter(dirs[0])])
-    composition.force_slots = 1
     reference = peft_of(base, dirs[0])
     ids = torch.randint(0, 64, (3, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = reference(ids).logits
-        got = model(ids).logits
+        with composition.routing(force_slots=1):
+            got = model(ids).logits
         assert (expected - base(ids).logits).abs().max() > 1e-2  # the adapter does change the outputs
         assert torch.allclose(got, expected, atol=1e-5, rtol=0)
-        # KV cache: prefill 5 tokens, then decode one at a time — same logits
+        assert torch.equal(model(ids).logits, base(ids).logits)  # outside a routed call: the base model
+        # KV cache: prefill 5 tokens, then decode one at a time (each call routed on its own) — same logits
         cache_name, _ = _forward_signature(model)  # "cache" in recent transformers
-        out = model(ids[:, :5], use_cache=True)
+        with composition.routing(force_slots=1):
+            out = model(ids[:, :5], use_cache=True)
         cache, steps = getattr(out, cache_name), [out.logits]
         for t in range(5, 9):
-            out = model(ids[:, t : t + 1], use_cache=True, **{cache_name: cache})
+            with composition.routing(force_slots=1):
+                out = model(ids[:, t : t + 1], use_cache=True, **{cache_name: cache})
             cache = getattr(out, cache_name)
             steps.append(out.logits)
         assert torch.allclose(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=0)
@@ -69,18 +72,20 @@ def test_single_expert_gate_weights_forced_equals_peft_model(setup):
         for gate in composition.gates:
             gate.bias.copy_(torch.tensor([0.0, 5.0]))
     ids = torch.randint(0, 64, (2, 6), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    with torch.no_grad(), composition.routing() as call:
         assert torch.allclose(model(ids).logits, peft_of(base, dirs[0])(ids).logits, atol=1e-5, rtol=0)
-    assert all((s == 1).all() for s in composition.last_slots)
+    assert len(call.slots) == 2 and all((s == 1).all() for s in call.slots)
+    with torch.no_grad():  # the composed model routes every call itself
+        assert torch.allclose(composition.composed_model(ids).logits, peft_of(base, dirs[0])(ids).logits, atol=1e-5, rtol=0)
 
 
 def test_untrained_gates_route_every_token_to_the_base(setup):
     base, dirs = setup
     model = copy.deepcopy(base)
-    compose(model, [load_adapter(d) for d in dirs])
+    composed = compose(model, [load_adapter(d) for d in dirs]).composed_model
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        assert torch.equal(model(ids).logits, base(ids).logits)
+        assert torch.equal(composed(ids).logits, base(ids).logits)
 
 
 def test_two_halves_of_one_sequence_route_to_different_experts(setup, strategy):
@@ -88,13 +93,13 @@ def test_two_halves_of_one_sequence_route_to_different_experts(setup, strategy):
     model = copy.deepcopy(base)
     composition = compose(model, [load_adapter(d) for d in dirs])
     ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(3))
-    composition.force_slots = torch.tensor([[1, 1, 1, 1, 2, 2, 2, 2]])
     with torch.no_grad():
-        mixed = model(ids).logits
-        composition.force_slots = 1
-        only_alpha = model(ids).logits
-        composition.force_slots = 2
-        only_beta = model(ids).logits
+        with composition.routing(force_slots=torch.tensor([[1, 1, 1, 1, 2, 2, 2, 2]])):
+            mixed = model(ids).logits
+        with composition.routing(force_slots=1):
+            only_alpha = model(ids).logits
+        with composition.routing(force_slots=2):
+            only_beta = model(ids).logits
     # causal: the first half saw only expert-1 tokens, so it equals the alpha adapter's PEFT model
     assert torch.allclose(mixed[:, :4], peft_of(base, dirs[0])(ids).logits[:, :4], atol=1e-5, rtol=0)
     assert torch.allclose(only_beta, peft_of(base, dirs[1])(ids).logits, atol=1e-5, rtol=0)
@@ -119,9 +124,9 @@ def test_real_gate_routes_each_token_by_its_hidden_state(setup, strategy):
     seen = {}
     q_proj = model.model.layers[0].self_attn.q_proj
     q_proj.register_forward_hook(lambda m, args, out: seen.update(x=args[0], y=out))
-    with torch.no_grad():
+    with torch.no_grad(), composition.routing() as call:
         model(ids)
-    assert composition.last_slots[0].tolist() == [[1, 1, 1, 1, 2, 2, 2, 2]]
+    assert call.slots[0].tolist() == [[1, 1, 1, 1, 2, 2, 2, 2]]
     x = seen["x"][0]
     name = "model.layers.0.self_attn.q_proj"
     for t, slot in enumerate([1, 1, 1, 1, 2, 2, 2, 2]):

@@ -15,6 +15,7 @@ from tracerl.composition.adapters import load_adapter
 from tracerl.composition.composed import Capability, compose, top1_weights, top_p_weights
 from tracerl.composition.merge import merge_adapters
 from tracerl.composition.router import TaskRouter, route_names
+from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.models.generation import _forward_signature
 
@@ -78,15 +79,16 @@ def test_router_mode_serves_the_chosen_adapter_per_sequence(setup):
     model = copy.deepcopy(base)
     composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="router")
     composition.router = TaskRouter(model, tokenizer, CAPS)
-    weights = composition.route_requests([conversation("cancel my reservation please")])
+    composed = composition.composed_model
+    weights = composition.weights_for([conversation("cancel my reservation please")])
     assert weights.sum().item() == 1 and weights.max().item() == 1
     slot = int(weights.argmax())
     ids = torch.randint(0, len(tokenizer), (1, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        got = model(ids).logits
+        got = composed(ids, routing_weights=weights).logits
         expected = base(ids).logits if slot == 0 else PeftModel.from_pretrained(copy.deepcopy(base), str(dirs[slot - 1])).eval()(ids).logits
-        # per-call weights (a batch mixing two routes) override the stored ones
-        both = model(ids.repeat(2, 1), routing_weights=torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])).logits
+        # a batch mixing two routes
+        both = composed(ids.repeat(2, 1), routing_weights=torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])).logits
     assert torch.allclose(got, expected, atol=1e-5, rtol=0)
     for row, d in enumerate(dirs):
         reference = PeftModel.from_pretrained(copy.deepcopy(base), str(d)).eval()
@@ -126,15 +128,15 @@ def test_merged_weights_match_the_low_rank_merge_mode(setup):
     merged = merge_adapters(copy.deepcopy(base), adapters, [0.7, 0.3])
     model = copy.deepcopy(base)
     composition = compose(model, adapters, CAPS, mode="merge")
-    composition.task_weights = torch.tensor([[0.0, 0.7, 0.3]])
     ids = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
+    with torch.no_grad(), composition.routing(torch.tensor([[0.0, 0.7, 0.3]])):
         assert torch.allclose(model(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
 
 
-def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
-    """Without explicit weights, a prefill routes each row from its own prompt; the weights ride on
-    the returned cache, and dropping a finished row from the cache drops its weights too."""
+def test_per_call_weights_follow_the_rows_through_the_kv_cache(setup):
+    """Each call carries the weights of its rows: after a finished row is dropped from the KV cache (the
+    cache's own `batch_select_indices`), the next call passes the remaining rows' weights, and the result
+    equals running those rows alone. A router/merge call without weights is refused."""
     from tracerl.models.chat import ChatFormat
 
     base, tokenizer, dirs = setup
@@ -142,29 +144,38 @@ def test_task_routing_on_prefill_travels_with_the_kv_cache(setup):
     composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge")
     composition.router = TaskRouter(model, tokenizer, CAPS)
     composition.top_p = 1.0
+    composed = composition.composed_model
     chat = ChatFormat(tokenizer)
     conversations = [conversation("cancel my reservation please"), conversation("look up the order status"), conversation("hello")]
     weights = composition.weights_for(conversations)
     assert not torch.allclose(weights[0], weights[1])
     prompts = [chat.prompt_ids(c, None) for c in conversations]
+    assert torch.equal(composition.weights_for_prompt_ids(prompts), weights)  # the first user turn, read from the ids
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
     attention = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
     step = torch.tensor([[5], [6], [7]])
+    keep = torch.tensor([0, 2])
+    grown = torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1)
     with torch.no_grad():
         cache_name, _ = _forward_signature(model)  # "cache" in recent transformers
-        out = model(input_ids=ids, attention_mask=attention, use_cache=True)
-        cache = getattr(out, cache_name)
-        assert torch.equal(cache.tracerl_routing_weights, weights)
-        cache.batch_select_indices(torch.tensor([0, 2]))  # row 1 finished
-        keep = torch.tensor([0, 2])
-        nxt = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
-                    use_cache=True, **{cache_name: cache}).logits
-        explicit = model(input_ids=ids[keep], attention_mask=attention[keep], use_cache=True, routing_weights=weights[keep])
-        expected = model(input_ids=step[keep], attention_mask=torch.cat([attention[keep], torch.ones(2, 1, dtype=torch.long)], 1),
-                         use_cache=True, routing_weights=weights[keep], **{cache_name: getattr(explicit, cache_name)}).logits
-    assert torch.allclose(nxt, expected, atol=1e-5, rtol=0)
-    assert composition.task_weights is None
+        cache = getattr(composed(input_ids=ids, attention_mask=attention, use_cache=True, routing_weights=weights), cache_name)
+        cache.batch_select_indices(keep)  # row 1 finished
+        nxt = composed(input_ids=step[keep], attention_mask=grown, use_cache=True, routing_weights=weights[keep],
+                       **{cache_name: cache}).logits
+        alone = composed(input_ids=ids[keep], attention_mask=attention[keep], use_cache=True, routing_weights=weights[keep])
+        expected = composed(input_ids=step[keep], attention_mask=grown, use_cache=True, routing_weights=weights[keep],
+                            **{cache_name: getattr(alone, cache_name)}).logits
+        assert torch.allclose(nxt, expected, atol=1e-5, rtol=0)
+        with pytest.raises(InputError, match="routing_weights"):
+            composed(input_ids=ids, attention_mask=attention)
+        with pytest.raises(RuntimeError, match="2 rows but the batch has 3"):
+            composed(input_ids=ids, attention_mask=attention, routing_weights=weights[keep])
+        # generate() without weights routes each row from its prompt, as if given them
+        routed = composed.generate(ids, attention_mask=attention, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        given = composed.generate(ids, attention_mask=attention, max_new_tokens=4, do_sample=False, pad_token_id=0,
+                                  routing_weights=weights)
+    assert torch.equal(routed, given)
 
 
 def test_composed_policy_routes_server_requests_from_their_prompt_ids(setup):
@@ -189,7 +200,7 @@ def test_composed_policy_routes_server_requests_from_their_prompt_ids(setup):
     weights = composition.weights_for(conversations)
     for request, w, result in zip(requests, weights, results):
         assert request.extra == pytest.approx(tuple(w.tolist()))
-        alone = generate(model, [GenerationRequest(prompt_ids=request.prompt_ids, max_new_tokens=request.max_new_tokens, temperature=0.0)],
+        alone = generate(composition.composed_model, [GenerationRequest(prompt_ids=request.prompt_ids, max_new_tokens=request.max_new_tokens, temperature=0.0)],
                          forward_kwargs=lambda extras, w=w: {"routing_weights": w[None]})
         assert alone[0].token_ids == result.token_ids
         assert alone[0].logprobs == pytest.approx(result.logprobs, abs=1e-5)

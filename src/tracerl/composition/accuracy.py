@@ -47,7 +47,7 @@ def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledP
         return [prompt_slot(v) for v in gate_votes(composition, tokenizer, prompts, batch_size)]
     predictions: list[int] = []
     for start in range(0, len(prompts), batch_size):
-        with torch.no_grad(), composition.base_only():
+        with torch.no_grad():
             alpha = composition.router.alphas([p.messages for p in prompts[start : start + batch_size]])
         predictions.extend(int(s) for s in alpha.argmax(dim=-1))
     return predictions
@@ -65,10 +65,11 @@ def gate_votes(composition: Composition, tokenizer, prompts: list[LabelledPrompt
         was_training = model.training
         model.eval()
         try:
-            model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), use_cache=False)
+            with composition.routing() as call:
+                model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device), use_cache=False)
         finally:
             model.train(was_training)
-        votes = torch.stack(composition.last_slots[: len(composition.routes)]).cpu()  # (layers, batch, seq)
+        votes = torch.stack(call.slots).cpu()  # (layers, batch, seq)
         mask = batch["label_mask"].bool() & batch["attention_mask"].bool()
         out.extend(votes[:, row][:, mask[row]] for row in range(len(chunk)))
     return out

@@ -151,12 +151,14 @@ def load_base(base: str, *, device: str | torch.device | None = None, dtype: tor
 
 
 def load_composed(path: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Any:
-    """Load a composed-model directory: an HF causal LM with `model.tracerl_composition` set.
+    """Load a composed-model directory: a `ComposedModel` (an HF causal LM that routes every call)
+    with `model.tracerl_composition` set.
 
     The result is used like any causal LM (`forward(input_ids, attention_mask=…,
     past_key_values=…, use_cache=…)` → `.logits`, KV cache, `generate`); `model.tracerl_tokenizer`
-    is the base's tokenizer. Router/merge modes route a batch with
-    `composition.route_requests(conversations)` or per call with `routing_weights=`.
+    is the base's tokenizer. Router/merge modes take the routing weights of each call,
+    `model(…, routing_weights=composition.weights_for(conversations))`; `generate` without them
+    routes each row from its prompt.
     """
     path = Path(path)
     spec = read_spec(path)
@@ -192,4 +194,4 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
             composition.router.head_weight, composition.router.head_bias = head["weight"].to(device_), head["bias"].to(device_)
     model.tracerl_tokenizer = tokenizer
     composition.spec = spec
-    return model
+    return composition.composed_model

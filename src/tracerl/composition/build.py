@@ -23,7 +23,7 @@ from tracerl.composition.adapters import LoRAAdapter, load_adapter
 from tracerl.composition.artifact import CompositionSpec, load_base, save_composed, spec_for
 from tracerl.composition.composed import MODES, Capability, Composition, compose
 from tracerl.composition.examples import examples_from_trajectories
-from tracerl.composition.router import TaskRouter, first_user_text
+from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_json, read_jsonl
@@ -126,9 +126,8 @@ def build_composition(
     router_fit = None
     if options.mode != "moe" and options.router_fit and train:
         slot_of = {c.name: i for i, c in enumerate(capabilities, start=1)}
-        with composition.base_only():
-            router_fit = composition.router.fit([first_user_text(t.messages) for t in train],
-                                                [slot_of[str(t.info["capability"])] for t in train], steps=options.router_fit_steps)
+        router_fit = composition.router.fit([request_of(t.messages) for t in train],
+                                            [slot_of[str(t.info["capability"])] for t in train], steps=options.router_fit_steps)
     accuracy = routing_accuracy(composition, tokenizer, prompts_from_trajectories(heldout)) if heldout else None
     spec = spec_for(
         composition, base, Path(out), model_name=options.model_name, gate_training=gate_summary,

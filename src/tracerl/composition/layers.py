@@ -2,10 +2,11 @@
 
     y = W x + Σ_{s=1..N} w_s(token) · scaling_s · B_s (A_s x)
 
-`w(token)` is a vector over the slots 0..N (slot 0 = "no adapter", it adds nothing), set for every
-token by the decoder layer's router before the layer runs (`LayerRoute.weights`, shape
-(batch, seq, N+1)). Token-level MoE sets a one-hot row (times the gate probability while the gates
-train); task-level routing sets one row per sequence (one-hot for top-1, α for a weighted merge).
+`w(token)` is a vector over the slots 0..N (slot 0 = "no adapter", it adds nothing). The weights
+arrive as an argument, `forward(x, route=LayerRoute)`, which the composition's per-call routing
+hooks pass in (`tracerl.composition.routing`); called without one, the layer is its base linear.
+Token-level MoE sets a one-hot row (times the gate probability while the gates train);
+task-level routing sets one row per sequence (one-hot for top-1, α for a weighted merge).
 
 Only low-rank products are computed — no merged weight matrix is ever materialised — so one
 batch can mix experts freely.
@@ -20,7 +21,7 @@ from tracerl.composition.adapters import LoRAModule
 
 
 class LayerRoute:
-    """The per-token slot weights of one decoder layer, shared by all its gated linears.
+    """The per-token slot weights of one decoder layer in one forward call, passed to all its gated linears.
 
     `weights` is (batch, seq, num_slots), or None for the base model only. Linears with the same
     expert layout (usually all of a layer's) share one computation of their rank-column weights.
@@ -65,10 +66,9 @@ class GatedLoRALinear(nn.Module):
 
     strategy: str = "dense"
 
-    def __init__(self, base: nn.Linear, experts: dict[int, LoRAModule], route: LayerRoute):
+    def __init__(self, base: nn.Linear, experts: dict[int, LoRAModule]):
         super().__init__()
         self.base = base
-        self.route = route
         self.slots = sorted(experts)
         dtype, device = base.weight.dtype, base.weight.device
         self.ranges: dict[int, tuple[int, int]] = {}
@@ -104,16 +104,16 @@ class GatedLoRALinear(nn.Module):
         lo, hi = self.ranges[slot]
         return self.lora_A[lo:hi], self.lora_B[:, lo:hi]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, route: LayerRoute | None = None) -> torch.Tensor:
         y = self.base(x)
-        weights = self.route.weights
+        weights = None if route is None else route.weights
         if weights is None or not self.slots:
             return y
         if weights.shape[:-1] != x.shape[:-1]:
             raise RuntimeError(f"routing weights {tuple(weights.shape)} do not match the layer input {tuple(x.shape)}")
         if self.strategy == "gather":
             return self._gather(x, y, weights)
-        column_weights = self.route.column_weights(self.layout, self.column_slot, self.column_scaling)
+        column_weights = route.column_weights(self.layout, self.column_slot, self.column_scaling)
         low_rank = (x @ self.lora_A.T) * column_weights.to(x.dtype)
         return y + low_rank @ self.lora_B.T
 

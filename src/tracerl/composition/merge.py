@@ -1,6 +1,6 @@
 """Materialise a weighted merge of LoRA adapters into a plain model: W' = W + Σ_c α_c · scaling_c · B_c A_c.
 
-The composed model computes the same update low-rank and per sequence (`task_weights`); this
+The composed model computes the same update low-rank and per sequence (`routing_weights`); this
 writes it into the weights once, for a fixed α — e.g. to export one merged checkpoint that any
 server (vLLM included) loads as an ordinary model. It equals PEFT's
 `add_weighted_adapter(…, combination_type="cat")` followed by `merge_and_unload()`: "cat" stacks

@@ -1,11 +1,11 @@
 """Sampling from a composed model with the local backend.
 
-moe mode needs nothing special — the composed model is an HF causal LM, so
-`LocalPolicy(model, tokenizer)` (or a `routes={"name": model}` entry) samples from it, each token
-routing itself. Router / merge modes route per task: `ComposedPolicy` routes each session once,
-on its first user turn, keeps the weights in the session's state, and hands every forward call
-the weights of the rows still running (`routing_weights=`), so one batch mixes tasks routed to
-different adapters.
+moe mode needs nothing special — the `ComposedModel` that `load_composed` returns is an HF causal
+LM that routes every call, so `LocalPolicy(model, tokenizer)` (or a `routes={"name": model}` entry)
+samples from it, each token routing itself. Router / merge modes route per task: `ComposedPolicy`
+routes each session once, on its first user turn, keeps the weights in the session's state, and
+hands every forward call the weights of the rows still running (`routing_weights=`), so one batch
+mixes tasks routed to different adapters.
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ WEIGHTS_KEY = "routing_weights"
 
 
 class ComposedPolicy(LocalPolicy):
-    """A LocalPolicy whose model is a composed model (any mode). Sessions' `adapter` must be None
-    or the policy's name; the composition decides the adapters."""
+    """A LocalPolicy whose model is a composed model (any mode; the composed model or its base with the
+    composition installed). Sessions' `adapter` must be None or the policy's name; the composition
+    decides the adapters."""
 
     def __init__(self, model: Any, tokenizer: Any = None, **kwargs: Any):
+        composition = composition_of(model)
+        model = composition.composed_model
         super().__init__(model, tokenizer if tokenizer is not None else model.tracerl_tokenizer, **kwargs)
-        self.composition = composition_of(model)
+        self.composition = composition
 
     @property
     def adapters(self) -> list[str]:

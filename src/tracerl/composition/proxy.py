@@ -47,8 +47,7 @@ def create_router_proxy(
 
     def route(messages: list[dict[str, Any]]) -> str:
         conversation = [Message.model_validate({k: v for k, v in m.items() if k in Message.model_fields}) for m in messages]
-        with composition.base_only():
-            alpha = composition.router.alphas([conversation])
+        alpha = composition.router.alphas([conversation])
         chosen = route_names(alpha, composition.slot_names)[0]
         return upstream_base_name if chosen is None else names.get(chosen, chosen)
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from tracerl.core.errors import InputError
-from tracerl.core.messages import Message
+from tracerl.models.chat import first_user_turn
 
 ROUTER_SYSTEM = (
     "You are a dispatcher. Read the customer's request and decide which specialist should handle it. "
@@ -36,18 +36,17 @@ BASE_DESCRIPTION = "the general assistant: the request needs none of the special
 DEFAULT_LABELS = [chr(ord("A") + i) for i in range(26)]
 
 
-def first_user_text(conversation: list[Any]) -> str:
-    """The content of the first user turn of a conversation (Message objects or OpenAI dicts)."""
-    for m in conversation:
-        role = m.role if isinstance(m, Message) else m.get("role")
-        if role == "user":
-            content = m.content if isinstance(m, Message) else m.get("content")
-            return content or ""
-    raise InputError("a conversation to route has no user turn")
+def request_of(conversation: list[Any]) -> str:
+    """What the router reads of a conversation: its first user turn (`tracerl.models.chat.first_user_turn`)."""
+    request = first_user_turn(conversation)
+    if request is None:
+        raise InputError("a conversation to route has no user turn")
+    return request
 
 
 class TaskRouter:
-    """Zero-shot classifier over capabilities with `model` (run it as the plain base model)."""
+    """Zero-shot classifier over capabilities with the base `model` (a composed model computes the base
+    outside routed calls, so its own `model` serves)."""
 
     def __init__(
         self,
@@ -158,7 +157,7 @@ class TaskRouter:
 
     def alphas(self, conversations: list[list[Any]]) -> torch.Tensor:
         """α (batch, N+1): the label probabilities renormalised over the labels; slot 0 = base."""
-        return self.label_logits([first_user_text(c) for c in conversations]).softmax(dim=-1)
+        return self.label_logits([request_of(c) for c in conversations]).softmax(dim=-1)
 
 
 def route_names(alpha: torch.Tensor, slot_names: list[str]) -> list[str | None]:

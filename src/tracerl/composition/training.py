@@ -103,9 +103,9 @@ def train_gates(
         for step in range(1, config.max_steps + 1):
             picks = torch.randint(len(examples), (config.per_device_train_batch_size,), generator=generator).tolist()
             batch = {k: v.to(device) for k, v in pad_batch([examples[i] for i in picks]).items()}
-            composition.record = []
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
-            layer_logits, composition.record = composition.record, None
+            with composition.routing(record=True) as call:
+                out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
+            layer_logits = call.gate_logits
             label_tokens = batch["label_mask"].bool() & batch["attention_mask"].bool()
             lm = lm_loss(out.logits, batch["input_ids"], batch["loss_mask"] * batch["attention_mask"])
             lb = torch.stack([load_balancing_loss(l, batch["attention_mask"]) for l in layer_logits]).mean()
@@ -123,7 +123,6 @@ def train_gates(
                 if on_log is not None:
                     on_log(record)
     finally:
-        composition.record = None
         gates.train(was_training)
         model.train(was_training)
     composition.assert_frozen()

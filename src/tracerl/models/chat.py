@@ -33,6 +33,8 @@ When this equals a fresh templating of the finished conversation — ids identic
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,23 @@ from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import TokenRecord
 from tracerl.models.parsing import ParsedMessage, parse_assistant_text
 from tracerl.models.templates import END_OF_TURN
+
+_USER_TURN = re.compile(re.escape("<|im_start|>user\n") + "(.*?)" + re.escape(END_OF_TURN), flags=re.S)
+
+
+def first_user_turn(conversation: str | Sequence[Message | dict]) -> str | None:
+    """The content of the first user turn: of a conversation (Message objects or OpenAI dicts), or of
+    a ChatML-rendered prompt (`<|im_start|>user\\n…<|im_end|>`, the format of `tracerl.models.templates`).
+    None when there is no user turn, or the rendered prompt stops before the turn's end."""
+    if isinstance(conversation, str):
+        match = _USER_TURN.search(conversation)
+        return match.group(1) if match else None
+    for m in conversation:
+        role = m.role if isinstance(m, Message) else m.get("role")
+        if role == "user":
+            content = m.content if isinstance(m, Message) else m.get("content")
+            return content or ""
+    return None
 
 
 @dataclass
