@@ -1,12 +1,17 @@
-"""Model runtime benchmarks: batched vs one-at-a-time sampling, server latency, memory peak.
+"""Model runtime benchmarks: whole-episode engines, the sampler alone, server latency, memory peak.
 
-    python benchmarks/model_runtime.py [--model tiny-agent] [--rollouts 16] [--clients 16]
+    python benchmarks/model_runtime.py [--model tiny-agent] [--concurrent 16 32] [--clients 16]
 
 Each part runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own.
-1. sampling: 16 full airline episodes (test split, temperature 1.0, one task) played in one
-   batch of 16 vs one episode at a time; generated tokens per second and the speed-up. Then the
-   sampler alone (`decode_only`): 16 fixed-length continuations of the opening prompt.
-2. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
+1. episodes: the same airline episodes (test split, temperature 1.0, GRPO groups of 8 episodes of
+   one task) played one at a time, in lockstep batches of N (`engine="lockstep"`) and through the
+   continuous batch with N concurrent (`engine="continuous"`), for each N in `--concurrent`;
+   rollouts/s, generated tokens/s and the speed-ups over one at a time. One-at-a-time runs the
+   largest N's episodes once; a smaller N's figure is the time of its first N episodes (the same
+   episodes: sessions are seeded by their number). Every engine's trajectories must be the
+   one-at-a-time ones (token ids equal; sampling may flip on float near-ties, which is counted).
+2. sampling: the sampler alone (`decode_only`): 16 fixed-length continuations of the opening prompt.
+3. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
    opening of an airline episode, tools included) from 1 client, then from 16 concurrent
    clients (4 requests each); latency p50/p95 and requests/s.
 """
@@ -27,7 +32,17 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def sampling(model_name: str, n: int, threads: int) -> dict:
+SEED = 1_000_003
+GROUP = 8
+
+
+def load_average() -> list[str]:
+    with open("/proc/loadavg") as f:
+        return f.read().split()[:3]
+
+
+def episodes_engines(model_name: str, concurrent: list[int], threads: int) -> dict:
+    """Whole episodes: one at a time, lockstep and continuous batching (see the module docstring)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -36,20 +51,46 @@ def sampling(model_name: str, n: int, threads: int) -> dict:
     from tracerl.models.local import LocalPolicy, load_model
 
     model, tokenizer = load_model(model_name, device="cpu")
-    after_load = peak_mb()
-    seed = 1_000_003
-    out = {}
-    for label, batch in (("batched", n), ("one_at_a_time", 1)):
-        policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0)
+    largest = max(concurrent)
+    episodes = [Episode(seed=SEED + k // GROUP) for k in range(largest)]
+
+    def play(engine: str, batch: int, n: int) -> tuple[list, list[float]]:
+        policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0, engine=engine)
+        ends: list[float] = []
         start = time.perf_counter()
-        trajs = rollout(lambda: make_env("airline", split="test"), policy, [Episode(seed=seed)] * n, batch_size=batch)
-        seconds = time.perf_counter() - start
+        trajs = rollout(lambda: make_env("airline", split="test"), policy, episodes[:n], batch_size=batch,
+                        on_done=lambda t: ends.append(time.perf_counter() - start))
+        return trajs, ends
+
+    def figures(trajs: list, seconds: float) -> dict:
         generated = sum(sum(t.tokens.mask) for t in trajs)
-        out[label] = {"seconds": round(seconds, 2), "generated_tokens": generated,
-                      "tokens_per_second": round(generated / seconds, 1),
-                      "turns": sum(t.num_turns for t in trajs), "passed": sum(t.passed for t in trajs)}
-    out["speedup"] = round(out["batched"]["tokens_per_second"] / out["one_at_a_time"]["tokens_per_second"], 2)
-    out["decode_only"] = decode_only(model, tokenizer, seed, n)
+        return {"seconds": round(seconds, 2), "rollouts_per_second": round(len(trajs) / seconds, 3),
+                "generated_tokens": generated, "tokens_per_second": round(generated / seconds, 1),
+                "load_average": load_average()}
+
+    alone, ends = play("lockstep", 1, largest)  # one at a time: episode k ends at ends[k]
+    out: dict = {"threads": threads, "episodes_per_task": GROUP}
+    for n in concurrent:
+        row = {"one_at_a_time": figures(alone[:n], ends[n - 1])}
+        for engine in ("lockstep", "continuous"):
+            trajs, engine_ends = play(engine, n, n)
+            row[engine] = figures(trajs, engine_ends[-1] if engine_ends else 0.0)
+            row[engine]["same_tokens_as_one_at_a_time"] = sum(a.tokens.ids == b.tokens.ids for a, b in zip(trajs, alone))
+            row[engine]["speedup"] = round(row[engine]["rollouts_per_second"] / row["one_at_a_time"]["rollouts_per_second"], 2)
+        out[f"{n}_concurrent"] = row
+    out["peak_rss_mb"] = round(peak_mb(), 1)
+    return out
+
+
+def sampling(model_name: str, n: int, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    from tracerl.models.local import load_model
+
+    model, tokenizer = load_model(model_name, device="cpu")
+    after_load = peak_mb()
+    out = {"decode_only": decode_only(model, tokenizer, SEED, n)}
     out["peak_rss_mb"] = round(peak_mb(), 1)
     out["rss_after_load_mb"] = round(after_load, 1)
     return out
@@ -130,27 +171,30 @@ def server(model_name: str, clients: int, per_client: int, threads: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default="tiny-agent")
-    parser.add_argument("--rollouts", type=int, default=16)
+    parser.add_argument("--rollouts", type=int, default=16, help="rows of the sampler-alone part")
+    parser.add_argument("--concurrent", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--part", choices=["sampling", "server"])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=["episodes", "sampling", "server"], action="append")
     args = parser.parse_args()
-    if args.part == "sampling":
-        print(json.dumps(sampling(args.model, args.rollouts, args.threads)))
-        return
-    if args.part == "server":
-        print(json.dumps(server(args.model, args.clients, args.per_client, args.threads)))
+    parts = args.part or ["episodes", "sampling", "server"]
+    if args.child:  # one part, in this process
+        run = {"episodes": lambda: episodes_engines(args.model, args.concurrent, args.threads),
+               "sampling": lambda: sampling(args.model, args.rollouts, args.threads),
+               "server": lambda: server(args.model, args.clients, args.per_client, args.threads)}[parts[0]]
+        print(json.dumps(run()))
         return
     results = {}
-    for part in ("sampling", "server"):
-        cmd = [sys.executable, __file__, "--part", part, "--model", args.model, "--rollouts", str(args.rollouts),
-               "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads)]
+    for part in parts:
+        cmd = [sys.executable, __file__, "--child", "--part", part, "--model", args.model, "--rollouts", str(args.rollouts),
+               "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads),
+               "--concurrent", *map(str, args.concurrent)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results[part] = json.loads(done.stdout.strip().splitlines()[-1])
         print(part, json.dumps(results[part], indent=2), flush=True)
-    with open("/proc/loadavg") as f:
-        results["load_average"] = f.read().split()[:3]
+    results["load_average"] = load_average()
     print(json.dumps(results, indent=2))
 
 

@@ -1,4 +1,11 @@
-"""Run policies in environments: batched, lockstep episodes that become `Trajectory` records."""
+"""Run policies in environments: batched episodes that become `Trajectory` records.
+
+A policy with `turns(max_rows)` returning a continuous batch (`LocalPolicy`, see
+`tracerl.models.continuous.PolicyTurns`) plays up to `batch_size` episodes at once through it: a
+turn that ends leaves the batch, the environment answers at once, and the episode's next turn (or
+the next episode) joins at the next step. Any other policy plays chunks of `batch_size` episodes in
+lockstep, one `act` call per turn of every live episode.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +41,10 @@ def rollout(
     on_done: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Play `episodes` (up to `batch_size` at a time, one env each); trajectories in input order."""
+    make_turns = getattr(policy, "turns", None)
+    turns = make_turns(batch_size) if callable(make_turns) and episodes else None
+    if turns is not None:
+        return _rollout_continuous(make_env, turns, episodes, on_done)
     results: list[Trajectory | None] = [None] * len(episodes)
     for start in range(0, len(episodes), batch_size):
         chunk = range(start, min(start + batch_size, len(episodes)))
@@ -58,6 +69,42 @@ def rollout(
                 else:
                     still.append(i)
             active = still
+    return [r for r in results if r is not None]
+
+
+def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Sequence[Episode],
+                        on_done: Callable[[Trajectory], None] | None) -> list[Trajectory]:
+    """Episodes enter in order as others end (so sessions are numbered, and seeded, as in lockstep)."""
+    results: list[Trajectory | None] = [None] * len(episodes)
+    envs: dict[int, Env] = {}
+    sessions: dict[int, Session] = {}
+    upcoming = iter(range(len(episodes)))
+
+    def admit() -> None:
+        while len(envs) < turns.max_rows and (i := next(upcoming, None)) is not None:
+            envs[i] = make_env()
+            messages, info = envs[i].reset(seed=episodes[i].seed, options=episodes[i].options)
+            sessions[i] = Session(messages=list(messages), tools=envs[i].tools, info=info, adapter=episodes[i].adapter)
+            turns.submit(i, sessions[i])
+
+    admit()
+    while envs:
+        if not turns.busy:
+            raise RuntimeError("a live episode has no turn queued")
+        for i, reply in turns.step():
+            session = sessions[i]
+            session.messages.append(reply)
+            new, reward, terminated, truncated, step_info = envs[i].step(reply)
+            session.messages.extend(new)
+            if terminated or truncated:
+                results[i] = _trajectory(envs[i], episodes[i], session, reward, step_info)
+                turns.release(i)
+                del envs[i], sessions[i]
+                if on_done is not None:
+                    on_done(results[i])
+            else:
+                turns.submit(i, session)
+        admit()
     return [r for r in results if r is not None]
 
 

@@ -18,6 +18,13 @@ conversation again. It costs memory per live session (layers × 2 × kv_heads ×
 values) and is dropped when adapters change; turn it off for large models with many sessions.
 When the model is trained in place between turns of a live session, call with fresh sessions.
 
+Engines: `engine="continuous"` (the default) lets `tracerl.envs.runner.rollout` play all its
+episodes through one running batch (`tracerl.models.continuous`: a turn leaves the batch when it
+ends, the episode's next turn joins when the environment has answered; a preallocated KV cache per
+episode; the shared prompt prefix run once). Records and seeds are those of `act`. Models it
+cannot serve (flash attention, composed models) and subclasses that change `act` or
+`generate_requests` use `act` in lockstep, as does `engine="lockstep"`.
+
 Sampling: temperature (0 = greedy), top-p, `max_new_tokens`, one `torch.Generator` per session
 seeded from (policy seed, session number) — reruns with the same seed and the same call order
 give the same episodes. Log-probs follow `logprobs_mode` (see `tracerl.models.generation`).
@@ -98,8 +105,12 @@ class LocalPolicy:
         template_kwargs: dict[str, Any] | None = None,
         max_batch_size: int = 64,
         kv_reuse: bool = True,
+        engine: str = "continuous",
         name: str = "model",
     ):
+        if engine not in ("continuous", "lockstep"):
+            raise InputError(f"unknown sampling engine '{engine}' (continuous or lockstep)")
+        self.engine = engine
         self.model = model
         self.tokenizer = tokenizer
         self.chat = ChatFormat(tokenizer, template_kwargs=template_kwargs)
@@ -194,6 +205,20 @@ class LocalPolicy:
                 s.state.extra["kv"] = (self._weights_version, s.adapter, res.past, covered)
             replies[k] = self.chat.record(s, res.token_ids, res.logprobs).message
         return [r for r in replies if r is not None]
+
+    def turns(self, max_rows: int) -> Any:
+        """A continuous batch of up to `max_rows` live sessions for the runner, or None where this
+        policy samples in lockstep (see the module docstring)."""
+        from tracerl.models.continuous import PolicyTurns, supports_continuous
+
+        if self.engine != "continuous":
+            return None
+        cls = type(self)
+        if any(getattr(cls, m) is not getattr(LocalPolicy, m) for m in ("act", "generate_requests", "_request")):
+            return None
+        if not all(supports_continuous(m) for m in [self.model, *self.routes.values()]):
+            return None
+        return PolicyTurns(self, max_rows=min(max_rows, self.max_batch_size))
 
     def generate_requests(self, requests: list[GenerationRequest]) -> list:
         """Run requests (their `extra` = adapter/route name or None) grouped by backing module."""
