@@ -18,6 +18,14 @@ an id) or one text per assistant turn.
   state correctly would go unnoticed);
 - `p4` corrupt_argument: corrupt one argument of one gold write (a typo in an id, a wrong type).
 
+A fault may be *scoped* to one sub-task kind (`flawed:1@cancel,1,1@change,1@bags`): it then acts only
+on requests of that kind — `p1` ignores only that kind's rule, `p3` mis-picks only in such a
+request, `p4` corrupts only such a write, and always the same way: the payment method the user
+did not ask for when the write takes one (a typo otherwise). A scoped fault with rate 1 is what a
+student trained on the demonstrations reproduces under greedy decoding: a recurring gap tied to a
+visible situation. Unscoped faults drawn with a rate below 1/2 mostly wash out under greedy
+decoding, since the demonstrations then show the right action more often than the faulty one.
+
 A drawn fault is *planted* when it changes the outcome (p1 needs a forbidden request, p2 a later
 request with work to do, p3/p4 an allowed request among those the policy handles); every planted
 fault makes the episode fail. The policy writes `session.info["faults"] = {"drawn": [...],
@@ -35,6 +43,7 @@ from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.envs.airline.env import mentions
 from tracerl.envs.airline.tasks import AirlineTask, SubTask
+from tracerl.envs.airline.tasks import SubTaskKind
 
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
 GREETING = "Hello! Please tell me your user id."
@@ -45,12 +54,21 @@ ANYTHING_ELSE = " Is there anything else?"
 class ScriptedAirlinePolicy:
     """The oracle (`rates` all 0) or a flawed oracle; `rates` = (p1, p2, p3, p4)."""
 
-    def __init__(self, rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), seed: int = 0):
+    def __init__(self, rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), seed: int = 0,
+                 scopes: tuple[str | None, ...] = (None, None, None, None)):
         if len(rates) != len(FAULTS) or not all(0.0 <= p <= 1.0 for p in rates):
             raise ValueError(f"rates must be {len(FAULTS)} probabilities in [0, 1], got {rates}")
+        if len(scopes) != len(FAULTS) or any(k is not None and k not in SUBTASK_KINDS for k in scopes) or scopes[1]:
+            raise ValueError(f"scopes must be {len(FAULTS)} sub-task kinds or None (none for p2), got {scopes}")
         self.rates = tuple(float(p) for p in rates)
+        self.scopes = tuple(scopes)
         self.seed = int(seed)
-        self.name = "oracle" if not any(self.rates) else "flawed:" + ",".join(f"{p:g}" for p in self.rates)
+        self.name = "oracle" if not any(self.rates) else "flawed:" + ",".join(
+            f"{p:g}" + (f"@{k}" if k else "") for p, k in zip(self.rates, self.scopes, strict=True))
+
+    def in_scope(self, fault: str, sub: SubTask) -> bool:
+        scope = self.scopes[FAULTS.index(fault)]
+        return scope is None or sub.kind == scope
 
     def act(self, sessions: list[Session]) -> list[Message]:
         return [self._next(s) for s in sessions]
@@ -76,22 +94,25 @@ class ScriptedAirlinePolicy:
         stop_early = "stop_early" in drawn and len(subs) > 1
         handled = subs[:1] if stop_early else subs
         planted = []
-        ignore_rule = "skip_precondition" in drawn and any(not s.allowed for s in handled)
-        if ignore_rule:
+        ignored = {i for i, s in enumerate(handled)
+                   if "skip_precondition" in drawn and not s.allowed and self.in_scope("skip_precondition", s)}
+        if ignored:
             planted.append("skip_precondition")
         if stop_early and any(s.writes or s.communicate for s in subs[1:]):
             planted.append("stop_early")
         allowed = [i for i, s in enumerate(handled) if s.allowed]
         mispick = None
-        pickable = [i for i in allowed if mispick_changes_outcome(handled, i)]
+        pickable = [i for i in allowed if mispick_changes_outcome(handled, i) and self.in_scope("mispick", handled[i])]
         if "mispick" in drawn and pickable:
             mispick = rng.choice(pickable)
             planted.append("mispick")
         corrupt = None
-        if "corrupt_argument" in drawn and allowed:
-            i = rng.choice(allowed)
+        corruptible = [i for i in allowed if self.in_scope("corrupt_argument", handled[i])]
+        if "corrupt_argument" in drawn and corruptible:
+            i = rng.choice(corruptible)
             corrupt = (i, rng.randrange(len(handled[i].writes)))
             planted.append("corrupt_argument")
+        scoped_corruption = self.scopes[FAULTS.index("corrupt_argument")] is not None
 
         script = _Script()
         script.say(GREETING)
@@ -99,7 +120,7 @@ class ScriptedAirlinePolicy:
         closed = False
         for i, sub in enumerate(handled):
             last = i == len(handled) - 1
-            if not sub.allowed and not ignore_rule:
+            if not sub.allowed and i not in ignored:
                 script.calls(sub.reads)
                 script.say(sub.say + (ANYTHING_ELSE if last else ""))
                 closed = last
@@ -108,7 +129,10 @@ class ScriptedAirlinePolicy:
             script.calls(reads)
             script.say(text)
             for j, write in enumerate(writes):
-                script.call(corrupt_action(write, task, rng) if corrupt == (i, j) else write)
+                if corrupt == (i, j):
+                    write = other_payment(write, task) if scoped_corruption and "payment_id" in write.arguments \
+                        else corrupt_action(write, task, rng)
+                script.call(write)
         if not closed:
             script.say(CLOSING)
         return script.messages, drawn, planted
@@ -152,6 +176,13 @@ class _Script:
             self.call(action)
 
 
+def other_payment(action: Action, task: AirlineTask) -> Action:
+    """`action` paid with the user's other payment method (not the one the user asked for)."""
+    methods = [m.payment_id for m in task.db.users[task.user_id].payment_methods if m.source != "certificate"]
+    other = next(p for p in methods if p != action.arguments["payment_id"])
+    return Action(name=action.name, arguments={**action.arguments, "payment_id": other})
+
+
 def corrupt_action(action: Action, task: AirlineTask, rng: random.Random) -> Action:
     """`action` with one argument corrupted (a typo in an id that exists nowhere, or a wrong JSON type)."""
     args = {k: (list(v) if isinstance(v, list) else v) for k, v in action.arguments.items()}
@@ -189,8 +220,12 @@ def _typo(value: str, known: set[str], rng: random.Random) -> str:
             return new
 
 
+SUBTASK_KINDS = SubTaskKind.__args__
+
+
 def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAirlinePolicy:
-    """'oracle' or 'flawed' / 'flawed:p1[,p2[,p3[,p4]]]' (missing rates are 0; bare 'flawed' = 0.25 each)."""
+    """'oracle' or 'flawed' / 'flawed:p1[,p2[,p3[,p4]]]' (missing rates are 0; bare 'flawed' = 0.25 each);
+    a rate may name the sub-task kind it is scoped to: 'flawed:1@cancel,1,1@change,1@bags'."""
     name, _, args = spec.partition(":")
     if name == "oracle":
         if args:
@@ -200,18 +235,24 @@ def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAir
         raise ValueError(f"not a scripted policy: '{spec}'")
     if not args:
         return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed)
-    parts = args.split(",")
+    parts = [p.partition("@") for p in args.split(",")]
     if len(parts) > len(FAULTS):
         raise ValueError(f"'flawed' takes at most {len(FAULTS)} rates (p1..p4), got {len(parts)}")
     try:
-        rates = [float(p) for p in parts]
+        rates = [float(p) for p, _, _ in parts]
     except ValueError:
         raise ValueError(f"'flawed' rates must be numbers, got '{args}'") from None
+    scopes: list[str | None] = [kind or None for _, _, kind in parts]
+    for i, kind in enumerate(scopes, start=1):
+        if kind is not None and (kind not in SUBTASK_KINDS or i == 2):
+            where = "p2 (stop early) takes no scope" if i == 2 else f"a scope is one of {', '.join(SUBTASK_KINDS)}"
+            raise ValueError(f"'flawed' p{i} scope '{kind}': {where}")
     for i, p in enumerate(rates, start=1):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"'flawed' rate p{i} = {p:g} is outside [0, 1]")
     rates += [0.0] * (len(FAULTS) - len(rates))
-    return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed)
+    scopes += [None] * (len(FAULTS) - len(scopes))
+    return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed, scopes=tuple(scopes))
 
 
 DEFAULT_FLAWED_RATES = (0.25, 0.25, 0.25, 0.25)

@@ -57,17 +57,19 @@ class AgentRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
-    policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
+    # p1 skip precondition on cancels, p2 stop early, p3 mis-pick on changes, p4 the other payment method on bags
+    policy: str = "flawed:1@cancel,1,1@change,1@bags"
     episodes: int = 2000
-    vocab_size: int = 1024
+    vocab_size: int = 1024  # BPE tokens; the domain's ids come on top when `id_tokens`
+    id_tokens: bool = True  # every id of the domain one token (`tracerl.envs.airline.tasks.id_vocabulary`)
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
-    max_steps: int = 1200
-    drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
+    max_steps: int = 1000
+    drill_steps: int = 200  # id drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
     drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
@@ -187,11 +189,13 @@ def build_agent(
     teacher_pass = sum(t.passed for t in demos) / len(demos)
     log(f"{len(demos)} demonstrations from {recipe.policy} (teacher pass rate {teacher_pass:.3f})")
 
+    from tracerl.envs.airline.tasks import id_vocabulary
     from tracerl.models.templates import TINY_AGENT_TEMPLATE
 
     bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
     texts = conversation_texts(ChatFormat(bootstrap), demos)
-    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
+    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE,
+                                atomic=id_vocabulary() if recipe.id_tokens else ())
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
     drills = []
