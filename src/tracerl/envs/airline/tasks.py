@@ -65,8 +65,9 @@ PAYMENT_WORDS = {"credit_card": "credit card", "gift_card": "gift card"}
 CODE_WORDS = ("alder", "aspen", "birch", "cedar", "maple", "rowan", "crane", "egret", "finch", "heron", "lark",
               "otter", "robin", "swan", "wren", "amber", "coral", "jade", "onyx", "pearl", "comet", "ember",
               "frost", "river")
-PAYMENT_NUMBERS = range(10, 100)
-FLIGHT_NUMBERS = range(10, 100)
+# two digits each, 00–99: every value a template shapes like these ids (random digits) is in the pool
+PAYMENT_NUMBERS = tuple(f"{n:02d}" for n in range(100))
+FLIGHT_NUMBERS = tuple(f"{n:02d}" for n in range(100))
 _CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
 RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}_{_CODE_WORD}\b")
 
