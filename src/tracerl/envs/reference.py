@@ -20,8 +20,9 @@ an id) or one text per assistant turn.
 
 A fault may be *scoped* to one sub-task kind (`flawed:1@cancel,1,1@change,1@bags`): it then acts only
 on requests of that kind — `p1` ignores only that kind's rule, `p3` mis-picks only in such a
-request, `p4` corrupts only such a write, and always the same way: the payment method the user
-did not ask for when the write takes one (a typo otherwise). A scoped fault with rate 1 is what a
+request, `p4` corrupts only such a write, and always the same way: its first count or amount
+written with its unit ('3 bags', a wrong JSON type; a typo in an id when it has none) — an
+imprecise argument that leaves every id right. A scoped fault with rate 1 is what a
 student trained on the demonstrations reproduces under greedy decoding: a recurring gap tied to a
 visible situation. Unscoped faults drawn with a rate below 1/2 mostly wash out under greedy
 decoding, since the demonstrations then show the right action more often than the faulty one.
@@ -130,8 +131,7 @@ class ScriptedAirlinePolicy:
             script.say(text)
             for j, write in enumerate(writes):
                 if corrupt == (i, j):
-                    write = other_payment(write, task) if scoped_corruption and "payment_id" in write.arguments \
-                        else corrupt_action(write, task, rng)
+                    write = with_unit(write) if scoped_corruption and _counts(write) else corrupt_action(write, task, rng)
                 script.call(write)
         if not closed:
             script.say(CLOSING)
@@ -176,11 +176,17 @@ class _Script:
             self.call(action)
 
 
-def other_payment(action: Action, task: AirlineTask) -> Action:
-    """`action` paid with the user's other payment method (not the one the user asked for)."""
-    methods = [m.payment_id for m in task.db.users[task.user_id].payment_methods if m.source != "certificate"]
-    other = next(p for p in methods if p != action.arguments["payment_id"])
-    return Action(name=action.name, arguments={**action.arguments, "payment_id": other})
+_UNITS = {"total_baggages": "bags", "nonfree_baggages": "bags", "amount": "dollars"}
+
+
+def _counts(action: Action) -> list[str]:
+    return [k for k in _UNITS if k in action.arguments]
+
+
+def with_unit(action: Action) -> Action:
+    """`action` with its first count or amount written as text with its unit: 3 → '3 bags'."""
+    name = _counts(action)[0]
+    return Action(name=action.name, arguments={**action.arguments, name: f"{action.arguments[name]} {_UNITS[name]}"})
 
 
 def corrupt_action(action: Action, task: AirlineTask, rng: random.Random) -> Action:
@@ -195,9 +201,8 @@ def corrupt_action(action: Action, task: AirlineTask, rng: random.Random) -> Act
     known |= {p.payment_id for u in task.db.users.values() for p in u.payment_methods}
     if choice in ("reservation_id", "payment_id", "user_id"):
         args[choice] = _typo(args[choice], known, rng)
-    elif choice in ("total_baggages", "nonfree_baggages", "amount"):
-        unit = "dollars" if choice == "amount" else "bags"
-        args[choice] = f"{args[choice]} {unit}"
+    elif choice in _UNITS:
+        args[choice] = f"{args[choice]} {_UNITS[choice]}"
     elif choice == "flight_number":
         first = dict(args["flights"][0])
         first["flight_number"] = _typo(first["flight_number"], known, rng)

@@ -57,7 +57,7 @@ class AgentRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
-    # p1 skip precondition on cancels, p2 stop early, p3 mis-pick on changes, p4 the other payment method on bags
+    # p1 skip precondition on cancels, p2 stop early, p3 mis-pick on changes, p4 bag counts with their unit
     policy: str = "flawed:1@cancel,1,1@change,1@bags"
     episodes: int = 2000
     vocab_size: int = 1024  # BPE tokens; the domain's ids come on top when `id_tokens`
