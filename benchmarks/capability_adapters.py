@@ -125,8 +125,8 @@ def main() -> None:
 
             cfg = load_config(args.config)
             seeds = [cfg.eval_seed_start + i for i in range(args.final_episodes)]
-            base_eval = held_out_success(env_dir, args.base, None, seeds, cfg.max_new_tokens)
-            adapter_eval = held_out_success(env_dir, args.base, out, seeds, cfg.max_new_tokens)
+            base_eval = held_out_success(env_dir, args.base, None, seeds, cfg.rollout.max_new_tokens)
+            adapter_eval = held_out_success(env_dir, args.base, out, seeds, cfg.rollout.max_new_tokens)
             summary["final_eval"] = {"episodes": args.final_episodes, "base": base_eval, "adapter": adapter_eval,
                                      "gain_points": round(100 * (adapter_eval["success"] - base_eval["success"]), 1)}
         results.append(summary)

@@ -75,7 +75,7 @@ def run_tracerl(base: str, steps: int, out: Path) -> list[float]:
     from tracerl.training.run import build_trainer
 
     cfg = TrainConfig(num_generations=GENERATIONS, groups_per_step=GROUPS, max_steps=steps, learning_rate=LR,
-                      max_new_tokens=NEW_TOKENS, eval_episodes=0, max_resample_tries=1, loss_type="grpo",
+                      rollout={"max_new_tokens": NEW_TOKENS}, eval_episodes=0, max_resample_tries=1, loss_type="grpo",
                       per_device_train_batch_size=GROUPS * GENERATIONS, save_steps=steps, seed=0,
                       lora={"r": 8, "lora_alpha": 16})
     trainer = build_trainer(cfg, base, SingleTurnLetterEnv, out)

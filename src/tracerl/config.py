@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tracerl.composition.training import GateTrainingConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
 from tracerl.synthesis.calibration import CalibrationBands
-from tracerl.training.config import TrainConfig
+from tracerl.training.config import RolloutSettings, TrainConfig
 
 
 class Section(BaseModel):
@@ -30,8 +30,14 @@ class ModelSection(Section):
                       "directory or a Hugging Face model id loadable by AutoModelForCausalLM.from_pretrained")
     server_url: str | None = Field(None, description="an OpenAI-compatible server (vLLM, `tracerl serve`) for "
                                    "GRPO rollouts, with runtime LoRA loading; None = roll out in-process")
-    max_new_tokens: int = Field(256, ge=1, description="tokens per assistant turn")
-    batch_size: int = Field(64, ge=1, description="episodes played in lockstep")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        for old in ("max_new_tokens", "batch_size"):
+            if isinstance(data, dict) and old in data:
+                raise ValueError(f"'{old}' is now rollout.{old} (the top-level `rollout:` block, shared by every stage)")
+        return data
 
 
 class TargetSection(Section):
@@ -43,7 +49,8 @@ class TargetSection(Section):
 
 class CollectSection(Section):
     tasks: int = Field(200, ge=1, description="base-agent rollouts on the target's train split")
-    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    temperature: float = Field(0.0, ge=0, description="0 = greedy; its own, not rollout.temperature: collect measures "
+                               "the base agent's behaviour, GRPO samples to explore")
 
 
 class AnalysisSection(Section):
@@ -72,7 +79,8 @@ class SynthesizeSection(Section):
     calibrate: bool = True
     calibration_seeds: int = Field(100, ge=1, description="task instances per calibration round")
     group_size: int = Field(16, ge=1, description="samples per instance")
-    temperature: float = Field(0.7, gt=0)
+    temperature: float = Field(0.7, gt=0, description="calibration's sampling temperature; its own, not "
+                               "rollout.temperature: the reference calibrates at 0.7 and trains at 1.0")
     max_rounds: int = Field(5, ge=1, description="difficulty adjustments before giving up")
     bands: CalibrationBands = Field(default_factory=CalibrationBands)
 
@@ -96,25 +104,45 @@ class BaselinesSection(Section):
 class EvalSection(Section):
     tasks: int = Field(200, ge=1, description="held-out test tasks")
     trials: int = Field(1, ge=1, description="trials per task (pass^k for k ≤ trials); trials > 1 sample at temperature")
-    temperature: float = Field(0.0, ge=0, description="0 = greedy")
+    temperature: float = Field(0.0, ge=0, description="0 = greedy; its own, not rollout.temperature: evaluation "
+                               "measures the agent")
     bootstrap: int = Field(2000, ge=100, description="resamples for the 95% intervals")
+
+
+class TrainSection(TrainConfig):
+    """`train:` of a run config: GRPO + LoRA. Its rollout settings are the run's top-level `rollout:` block."""
+
+    @field_validator("rollout", mode="before")
+    @classmethod
+    def _in_the_run_block(cls, value: Any) -> Any:
+        raise ValueError("a run config sets rollout settings once, in the top-level `rollout:` block")
 
 
 class RunConfig(Section):
     seed: int = 0
     model: ModelSection = Field(default_factory=ModelSection)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="tokens per turn, batch size and "
+                                     "sampling temperature: one block for every stage that plays episodes")
     target: TargetSection = Field(default_factory=TargetSection)
     collect: CollectSection = Field(default_factory=CollectSection)
     analysis: AnalysisSection = Field(default_factory=AnalysisSection)
     select: SelectSection = Field(default_factory=SelectSection)
     synthesize: SynthesizeSection = Field(default_factory=SynthesizeSection)
-    train: TrainConfig = Field(default_factory=TrainConfig, description="GRPO + LoRA, TRL/PEFT names")
+    train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
+    train_rejected: bool = Field(False, description="train adapters on environments calibration rejected (marked "
+                                 "in the report); False = `tracerl run` stops before training one, exit 2")
     compose: ComposeSection = Field(default_factory=ComposeSection)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
     eval: EvalSection = Field(default_factory=EvalSection)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return yaml.safe_dump(self.model_dump(mode="json", exclude={"train": {"rollout"}}), sort_keys=False)
+
+
+def train_config(train: TrainConfig, rollout: RolloutSettings) -> TrainConfig:
+    """The GRPO config a training stage runs: `train` with the run's `rollout` block (fields set stay set)."""
+    return TrainConfig.model_validate({**train.model_dump(exclude_unset=True, exclude={"rollout"}),
+                                       "rollout": rollout.model_dump()})
 
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"

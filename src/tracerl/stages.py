@@ -1,10 +1,12 @@
 """Stage caching for a run's workspace: skip a stage whose outputs are complete and inputs unchanged.
 
-A stage declares the workspace paths it reads, the paths it writes and the part of the config it
-depends on. After it succeeds, `.stages/<name>.json` records a fingerprint of (config part, the
-contents of every input). On the next run the stage is skipped when that record exists, its
-fingerprint still matches and every output exists. The record is written last, so a run killed
-at any moment redoes (or, for resumable stages, resumes) only the stage it was in.
+A stage declares the paths it reads (workspace-relative, or absolute for files outside it such as a
+capabilities file), the paths it writes and the config it runs with: the whole config objects it is
+given (a `View`), so a field cannot be left out of its key. After it succeeds, `.stages/<name>.json`
+records a fingerprint of (that config, the contents of every input). On the next run the stage is
+skipped when that record exists, its fingerprint still matches and every output exists. The record
+is written last, so a run killed at any moment redoes (or, for resumable stages, resumes) only the
+stage it was in.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from tracerl.core.io import read_json, write_json
 
 
@@ -24,9 +28,23 @@ from tracerl.core.io import read_json, write_json
 class Stage:
     name: str
     run: Callable[[], dict[str, Any] | None]  # returns a summary for the record (optional)
-    inputs: list[str] = field(default_factory=list)  # workspace-relative files or folders
+    inputs: list[str] = field(default_factory=list)  # files or folders, workspace-relative or absolute
     outputs: list[str] = field(default_factory=list)
-    config: Any = None  # the JSON-able config this stage depends on
+    config: Any = None  # the JSON-able config this stage runs with (`View.key()`)
+
+
+class View:
+    """The sections of a config one stage reads, as attributes; any other section is an AttributeError.
+
+    A stage function is given only its view, and the stage's key is every field of every section in it.
+    """
+
+    def __init__(self, config: BaseModel, sections: list[str]):
+        self.__dict__.update({name: getattr(config, name) for name in sections})
+
+    def key(self) -> dict[str, Any]:
+        return {name: value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+                for name, value in self.__dict__.items()}
 
 
 def fingerprint(workspace: Path, stage: Stage) -> str:
@@ -35,12 +53,12 @@ def fingerprint(workspace: Path, stage: Stage) -> str:
     h.update(json.dumps(stage.config, sort_keys=True, default=str).encode())
     for rel in sorted(stage.inputs):
         h.update(b"\0" + rel.encode())
-        path = workspace / rel
+        path = workspace / rel  # an absolute `rel` stays itself
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
         for f in files:
             if not f.exists() or f.name.startswith(".") or "checkpoint" in f.parts:
                 continue
-            h.update(str(f.relative_to(workspace)).encode())
+            h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
             h.update(hashlib.sha256(f.read_bytes()).digest())
     return h.hexdigest()
 

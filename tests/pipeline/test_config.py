@@ -3,8 +3,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tracerl.config import DEMO_CONFIG, RunConfig, load_run_config
+from tracerl.config import DEMO_CONFIG, RunConfig, load_run_config, train_config
 from tracerl.core.errors import InputError
 from tracerl.cli import main
 
@@ -39,7 +40,9 @@ def test_demo_config_loads_and_the_example_configs_load(tmp_path):
     demo = load_run_config(DEMO_CONFIG)
     assert demo.model.base == "tiny-agent" and demo.select.labeler == "rules"
     repo = DEMO_CONFIG.parents[3]
-    assert (repo / "configs" / "demo.yaml").read_text() == DEMO_CONFIG.read_text()
+    link = repo / "configs" / "demo.yaml"  # one file: configs/ links to the package data `tracerl demo` reads
+    assert link.is_symlink() and link.resolve() == DEMO_CONFIG.resolve()
+    assert demo.rollout.max_new_tokens == 256 and train_config(demo.train, demo.rollout).rollout == demo.rollout
     load_run_config(repo / "configs" / "qwen3-8b-gpu.yaml")
     load_run_config(tau2_config(tmp_path))
 
@@ -53,6 +56,9 @@ def test_demo_config_loads_and_the_example_configs_load(tmp_path):
         ("seed: [\n", "config.yaml:2: not valid YAML"),
         ("- 1\n", "config.yaml:1: a config must be a mapping"),
         ("target:\n  results: nowhere.json\n", "target.results: no such file"),
+        ("model:\n  max_new_tokens: 32\n", "config.yaml:1: field 'model': Value error, 'max_new_tokens' is now rollout"),
+        ("train:\n  temperature: 0.7\n", "config.yaml:1: field 'train': Value error, 'temperature' is now rollout"),
+        ("train:\n  rollout: {max_new_tokens: 9}\n", "config.yaml:2: field 'train.rollout': Value error, a run config"),
     ],
 )
 def test_bad_config_is_one_line_with_file_and_line(tmp_path, text, message):
@@ -61,6 +67,19 @@ def test_bad_config_is_one_line_with_file_and_line(tmp_path, text, message):
     with pytest.raises(InputError) as err:
         load_run_config(path)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_one_rollout_block_reaches_every_stage_and_tracerl_train(tmp_path):
+    from tracerl.training.config import load_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text("rollout: {max_new_tokens: 48, batch_size: 8, temperature: 0.9}\ntrain: {hint_fraction: 0.5}\n")
+    config = load_run_config(path)
+    grpo = train_config(config.train, config.rollout)
+    assert grpo.rollout == config.rollout and grpo.model_fields_set == {"hint_fraction", "rollout"}
+    assert "rollout" not in yaml.safe_load(config.to_yaml())["train"]  # saved once, at the top level
+    assert load_run_config(path).model_dump() == RunConfig.model_validate(yaml.safe_load(config.to_yaml())).model_dump()
+    assert load_config(path).rollout == config.rollout  # `tracerl train --config` reads a run config's block
 
 
 def test_run_with_bad_config_exits_2_before_anything_runs(tmp_path, capsys):

@@ -21,7 +21,7 @@ from tracerl.training.run import build_trainer  # noqa: E402
 
 
 def config(steps: int) -> TrainConfig:
-    return TrainConfig(num_generations=4, groups_per_step=4, max_steps=steps, learning_rate=2e-2, max_new_tokens=6,
+    return TrainConfig(num_generations=4, groups_per_step=4, max_steps=steps, learning_rate=2e-2, rollout={"max_new_tokens": 6},
                        eval_episodes=4, eval_steps=2, hint_fraction=0.5, save_steps=1, num_iterations=2,
                        lora={"r": 4, "lora_alpha": 8}, seed=3)
 

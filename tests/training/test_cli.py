@@ -11,7 +11,7 @@ from tracerl.cli import main
 CONFIG = """num_generations: 2
 groups_per_step: 2
 max_steps: 1
-max_new_tokens: 6
+rollout: {max_new_tokens: 6}
 eval_episodes: 2
 learning_rate: 0.002
 lora: {r: 4, lora_alpha: 8}

@@ -20,7 +20,7 @@ def test_server_rollouts_with_hot_swapped_adapter(tmp_path):
     base = save_tiny_base(tmp_path / "base")
     model, tok = load_model(base)
     served = LocalPolicy(model, tok, logprobs_mode="processed_logprobs")
-    cfg = TrainConfig(num_generations=4, groups_per_step=2, max_steps=2, learning_rate=5e-2, max_new_tokens=6,
+    cfg = TrainConfig(num_generations=4, groups_per_step=2, max_steps=2, learning_rate=5e-2, rollout={"max_new_tokens": 6},
                       eval_episodes=2, eval_steps=2, hint_fraction=0.5, lora={"r": 4, "lora_alpha": 8}, seed=2)
     with ServerThread(served) as server:
         trainer = build_trainer(cfg, base, LetterEnv, tmp_path / "out", server_url=server.base_url,

@@ -31,7 +31,7 @@ def base(tmp_path_factory):
 
 
 def small(**kw) -> TrainConfig:
-    args = dict(num_generations=4, groups_per_step=2, max_steps=2, learning_rate=1e-2, max_new_tokens=6,
+    args = dict(num_generations=4, groups_per_step=2, max_steps=2, learning_rate=1e-2, rollout={"max_new_tokens": 6},
                 eval_episodes=4, eval_steps=2, lora={"r": 4, "lora_alpha": 8}, seed=1)
     args.update(kw)
     return TrainConfig(**args)
@@ -166,7 +166,7 @@ def test_tracerl_train_under_torchrun(base, tmp_path):
     """The same command, two gloo processes: rollouts and batch sharded, one adapter written."""
     torchrun = Path(sys.executable).parent / "torchrun"
     cfg = tmp_path / "train.yaml"
-    cfg.write_text("num_generations: 2\ngroups_per_step: 2\nmax_steps: 2\nmax_new_tokens: 6\neval_episodes: 2\n"
+    cfg.write_text("num_generations: 2\ngroups_per_step: 2\nmax_steps: 2\nrollout: {max_new_tokens: 6}\neval_episodes: 2\n"
                    "learning_rate: 0.01\nlora: {r: 4, lora_alpha: 8}\n")
     out = tmp_path / "out"
     run = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", str(Path(sys.executable).parent / "tracerl"),

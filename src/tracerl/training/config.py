@@ -4,12 +4,16 @@ Defaults follow the paper / reference (GPU scale): LoRA r 16, alpha 16 on all se
 clip-higher ε 0.2 / 0.28, no KL (β 0), temperature 1.0. `configs/train-tiny.yaml` holds the values
 measured to work for the embedded tiny agent on CPU (r 8, lr 2e-3, temperature 0.7, 24 steps of 8 groups × 8
 rollouts).
+
+How episodes are played (tokens per turn, batch, sampling temperature) is `RolloutSettings`: the
+`rollout:` block of a training config, and in a run config the top-level `rollout:` block that every
+stage shares.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -39,6 +43,24 @@ class LoraSettings(BaseModel):
         )
 
 
+class RolloutSettings(BaseModel):
+    """How episodes are played. In a run config this is the top-level `rollout:` block, the one place these
+    are set for collect, calibrate, train, compose's gate data and eval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_new_tokens: int = Field(256, ge=1, description="tokens per assistant turn, every stage (a longer turn is "
+                                "cut here); TRL's max_completion_length counts a whole completion instead")
+    batch_size: int = Field(64, ge=1, description="episodes played in lockstep (and generated in one batch), every stage")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of GRPO's rollouts, its old-policy "
+                               "log-probs, and compose's gate-data rollouts. Only where sampling must differ is it "
+                               "set per stage: collect.temperature and eval.temperature (greedy, 0, by default: they "
+                               "measure the agent) and synthesize.temperature (calibration, the reference's 0.7)")
+
+
+MOVED_TO_ROLLOUT = {"max_new_tokens": "max_new_tokens", "rollout_batch_size": "batch_size", "temperature": "temperature"}
+
+
 class TrainConfig(BaseModel):
     """One GRPO run (one capability adapter). Names follow TRL's GRPOConfig where TRL has the knob."""
 
@@ -47,12 +69,9 @@ class TrainConfig(BaseModel):
     # --- sampling -----------------------------------------------------------------------------
     num_generations: int = Field(8, ge=2, description="rollouts per group (all reset with the same seed)")
     groups_per_step: int = Field(8, ge=1, description="groups (task instances) per optimizer step")
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int = Field(256, ge=1, description="token budget of one assistant turn")
     hint_fraction: float = Field(0.0, ge=0, le=1, description="share of each group sampled with the env's hint")
     max_resample_tries: int = Field(3, ge=1, description="sampling rounds per step while < half the groups are informative")
     min_informative_fraction: float = Field(0.5, ge=0, le=1)
-    rollout_batch_size: int = Field(64, ge=1, description="episodes played in lockstep")
     # --- objective ----------------------------------------------------------------------------
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = "grpo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
@@ -78,6 +97,17 @@ class TrainConfig(BaseModel):
     save_steps: int = Field(1, ge=1, description="checkpoint every this many steps")
     seed: int = 0
     lora: LoraSettings = Field(default_factory=LoraSettings)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="tokens per turn, batch size and "
+                                     "sampling temperature of GRPO's rollouts (in a run config: the top-level `rollout`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in MOVED_TO_ROLLOUT.items():
+                if old in data:
+                    raise ValueError(f"'{old}' is now rollout.{new} (the `rollout:` block)")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
@@ -111,7 +141,8 @@ def load_config(path: str | Path | None, **overrides) -> TrainConfig:
             raise InputError("not valid YAML", path=str(path), line=None if line is None else line + 1) from None
         if not isinstance(data, dict):
             raise InputError("a config must be a mapping of option: value", path=str(path))
-        data = data.get("train", data)  # a full run config may nest the training section
+        if "train" in data:  # a run config: its training section and its shared rollout block
+            data = {**(data["train"] or {}), **({"rollout": data["rollout"]} if "rollout" in data else {})}
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return TrainConfig.model_validate(data)

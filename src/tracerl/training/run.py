@@ -106,14 +106,14 @@ def build_trainer(
 
     if server_url is None:
         def make_policy(greedy: bool, seed: int):
-            return LocalPolicy(peft_model, tokenizer, temperature=0.0 if greedy else config.temperature, seed=seed,
-                               max_new_tokens=config.max_new_tokens, logprobs_mode="processed_logprobs",
-                               max_batch_size=config.rollout_batch_size)
+            return LocalPolicy(peft_model, tokenizer, temperature=0.0 if greedy else config.rollout.temperature, seed=seed,
+                               max_new_tokens=config.rollout.max_new_tokens, logprobs_mode="processed_logprobs",
+                               max_batch_size=config.rollout.batch_size)
         backend: LocalBackend | ServerBackend = LocalBackend(make_policy, adapter=ADAPTER_NAME)
     else:
-        backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.temperature,
-                                max_new_tokens=config.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
-                                max_concurrency=config.rollout_batch_size)
+        backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.rollout.temperature,
+                                max_new_tokens=config.rollout.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
+                                max_concurrency=config.rollout.batch_size)
     run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
                 "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
     return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)

@@ -226,7 +226,7 @@ class GRPOTrainer:
         self.model.eval()
         with torch.no_grad():
             trajs = rollout(self.make_env, self.backend.policy(greedy=False, seed=policy_seed), episodes,
-                            batch_size=cfg.rollout_batch_size)
+                            batch_size=cfg.rollout.batch_size)
         n = cfg.num_generations
         local = {g: trajs[k * n:(k + 1) * n] for k, g in enumerate(mine)}
         merged: dict[int, list[Trajectory]] = {}
@@ -292,7 +292,7 @@ class GRPOTrainer:
     def _logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Token log-probs and entropies of a micro-batch; the prompt the rows share runs once."""
         prefix = shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
-        return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.temperature, prefix_len=prefix)
+        return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.rollout.temperature, prefix_len=prefix)
 
     @torch.no_grad()
     def _prepare_old_logprobs(self, micro: list[list[TrainSequence]]) -> None:
@@ -328,7 +328,7 @@ class GRPOTrainer:
         self.model.eval()
         trajs = rollout(self.make_env, self.backend.policy(greedy=True, seed=cfg.seed),
                         [Episode(seed=s, adapter=self.backend.adapter) for s in seeds],
-                        batch_size=cfg.rollout_batch_size)
+                        batch_size=cfg.rollout.batch_size)
         passed = sum(sum(t.passed for t in part) for part in all_gather(self.world, trajs))
         return passed / max(cfg.eval_episodes, 1)
 
