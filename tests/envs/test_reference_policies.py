@@ -205,3 +205,45 @@ def test_make_env_errors_are_input_errors():
         make_env("airline", colour="blue")
     with pytest.raises(InputError, match="unknown environment 'retail'"):
         make_env("retail")
+
+
+def test_scoped_faults_act_only_on_their_kind_and_always_the_same_way():
+    policy = make_policy("flawed:1@cancel,0,1@change,1@bags", seed=3)
+    assert policy.name == "flawed:1@cancel,0,1@change,1@bags"
+    seeds = task_seeds("train", 300)
+    trajectories = _run("flawed:1@cancel,0,1@change,1@bags", seeds)
+    seen = {"forbidden_cancel": 0, "forbidden_other": 0, "bags": 0, "change": 0}
+    for t in trajectories:
+        task = generate_task(t.seed)
+        calls = [c for m in t.messages if m.role == "assistant" for c in m.tool_calls or []]
+        for sub in task.subtasks:
+            wrote = [c for c in calls if c.name != "get_reservation_details" and c.name != "search_direct_flight"
+                     and (c.parsed_arguments() or {}).get("reservation_id") == sub.reservation_id]
+            if not sub.allowed and sub.kind == "cancel":
+                seen["forbidden_cancel"] += 1
+                assert wrote, t.seed  # the rule ignored
+            elif not sub.allowed:
+                seen["forbidden_other"] += 1
+                assert not wrote and not any(c.name == "send_certificate" for c in calls if sub.kind == "certificate"), t.seed
+            elif sub.kind == "bags" and wrote and sum(s.kind == "bags" for s in task.subtasks) == 1:
+                seen["bags"] += 1
+                args = wrote[0].parsed_arguments()
+                assert args["total_baggages"] == f"{sub.writes[0].arguments['total_baggages']} bags"
+                assert {k: v for k, v in args.items() if k != "total_baggages"} == {
+                    k: v for k, v in sub.writes[0].arguments.items() if k != "total_baggages"}  # ids untouched
+            elif sub.kind == "change" and sum(s.kind == "change" and s.allowed for s in task.subtasks) == 1:
+                seen["change"] += 1
+                assert [a.model_dump() for a in (sub.mispick_writes or [])] == [
+                    {"name": c.name, "arguments": c.parsed_arguments()} for c in wrote], t.seed
+    assert min(seen.values()) >= 10, seen
+    planted = {f for t in trajectories for f in t.info["faults"]["planted"]}
+    assert planted == {"skip_precondition", "mispick", "corrupt_argument"}
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("flawed:1@refund", "scope is one of cancel, change, bags, certificate"),
+    ("flawed:1,1@cancel", "p2 (stop early) takes no scope"),
+])
+def test_bad_scopes_are_refused(spec, message):
+    with pytest.raises(InputError, match=re.escape(message)):
+        make_policy(spec)
