@@ -11,11 +11,14 @@
    Then the same on the user id with words appended to the user's "My user id is …." message: a
    model that finds the id by its content is unaffected; one that copies from a fixed distance
    back is not.
-2. Free generation (with --rollouts, e.g. from `tracerl collect --policy model:DIR`): the share of
-   first `get_user_details` calls whose user id is exact, and whose first name, last name and
-   digits are right; of all `reservation_id` arguments, the share that is a code the user
-   named earlier in the conversation; and of the read and of the write calls, the share whose
-   every id was copied from an earlier user or tool message (`copied_ids`).
+2. Free generation (with --rollouts of the built-in airline domain, e.g. from
+   `tracerl collect --policy model:DIR --split test`), per tool (`named_ids`): the share of the
+   agent's calls whose every id is the one the conversation named for that request — the user's
+   id; a reservation the user asked about (for a write, one asked about for that kind of change);
+   the payment method the user asked for, for that reservation. Also the share of first
+   `get_user_details` calls whose user id is exact, and of the read and of the write calls, the
+   share whose every id was copied from an earlier user or tool message (`copied_ids`, which
+   also counts an id copied from the wrong request).
 """
 
 from __future__ import annotations
@@ -85,14 +88,54 @@ def free_generation(trajectories) -> dict[str, float]:
         if not uid or call is None:
             continue
         got = str((call.parsed_arguments() or {}).get("user_id", ""))
-        want, parts = uid.split("_"), got.split("_")
         counts["calls"] += 1
         counts["exact"] += got == uid
-        counts["first name"] += parts[0] == want[0]
-        counts["last name"] += len(parts) > 1 and parts[1] == want[1]
-        counts["digits"] += parts[-1] == want[-1]
-    calls = max(1, counts["calls"])
-    return {"calls": counts["calls"], **{k: round(counts[k] / calls, 3) for k in ("exact", "first name", "last name", "digits")}}
+    return {"calls": counts["calls"], "exact": round(counts["exact"] / max(1, counts["calls"]), 3)}
+
+
+# the kind of request each write tool serves (reads serve every request)
+WRITE_KINDS = {"cancel_reservation": "cancel", "update_reservation_flights": "change",
+               "update_reservation_baggages": "bags", "send_certificate": "certificate"}
+
+
+def named_ids(trajectories) -> dict[str, dict[str, float | int]]:
+    """Per tool (and for all reads, all writes): calls that pass an id, and the share whose every id is
+    the one the conversation named for that request. Built-in airline rollouts only (the task is
+    regenerated from its seed)."""
+    from tracerl.envs.airline import generate_task
+
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for t in trajectories:
+        task = generate_task(t.seed)
+        requested = {s.reservation_id: s for s in task.subtasks}
+        for m in t.messages:
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                args = call.parsed_arguments() or {}
+                ids = {k: v for k, v in args.items() if k.endswith("_id")}
+                if not ids:
+                    continue
+                right = _named(task, requested, call.function.name, ids)
+                kind = "writes" if call.function.name in WRITE_KINDS else "reads"
+                for key in (call.function.name, kind):
+                    counts[key][0] += 1
+                    counts[key][1] += right
+    return {key: {"calls": n, "named": round(ok / n, 3)} for key, (n, ok) in sorted(counts.items())}
+
+
+def _named(task, requested, tool: str, ids: dict) -> bool:
+    """Whether every id of a call is the one named for its request: the user's id; a requested
+    reservation (of the write's kind); the payment method the user asked for on that reservation."""
+    if "user_id" in ids and ids["user_id"] != task.user_id:
+        return False
+    if "reservation_id" not in ids:
+        return True
+    sub = requested.get(ids["reservation_id"])
+    if sub is None or WRITE_KINDS.get(tool, sub.kind) != sub.kind:
+        return False
+    if "payment_id" in ids:
+        asked = {a.arguments.get("payment_id") for a in (sub.writes or sub.anyway_writes)}
+        return ids["payment_id"] in asked
+    return True
 
 
 def free_generation_reservations(trajectories) -> dict:
@@ -157,6 +200,7 @@ def main() -> None:
         rollouts = load_rollouts(args.rollouts)
         result["free_generation_user_id"] = free_generation(rollouts)
         result["free_generation_reservation_id"] = free_generation_reservations(rollouts)
+        result["named_ids_per_tool"] = named_ids(rollouts)
     print(json.dumps(result, indent=2))
 
 
