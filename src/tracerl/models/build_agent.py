@@ -17,16 +17,18 @@ Training (and the validation passes) run on `device` — a GPU buys longer train
 models than a 2-core machine does; the model is then saved and tested on the CPU, where the
 embedded agent runs.
 
-Why the drills: the first token of an id the agent must copy ("emma" of the user's
-"emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
-the rest. Trained on whole episodes (a 631-token system prompt, one such token per episode) a
-model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
-name; on short drills it forms within ~600 steps and then works with the system prompt too
-(benchmarks/README.md, "Id drills": the shipped agent copies 87.5% of user ids exactly; it does
-not copy reservation codes yet).
+Why every id is one token: the domain's ids come from fixed pools (`id_vocabulary`) and the
+tokenizer holds each as a single added token, so writing the id a user or a record named is a
+one-token lookup. With ids of several tokens, a model of a million parameters learnt to copy user
+ids (a dedicated head finds an id's first token, formed on short drills) but wrote the reservation
+it was asked about into only 6–21% of its write calls, which bounded three of the four capability
+templates below a 20-point gain (benchmarks/README.md, "The tiny agent and id copying"). The drills
+stay, shorter: they teach the lookup before the long episodes.
 
-Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
-those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors.
+Why the faults are scoped: a fault drawn per episode with probability p becomes the student's
+greedy behaviour when p > 1/2 and washes out when p < 1/2, whatever the situation. A fault
+scoped to one kind of request with rate 1 (`flawed:1@cancel,…`) is a recurring gap tied to a
+visible situation, which the student reproduces and a capability environment can fix.
 """
 
 from __future__ import annotations
