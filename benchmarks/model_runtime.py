@@ -8,8 +8,10 @@ Each part runs in a fresh subprocess so its peak resident memory (ru_maxrss) is 
    continuous batch with N concurrent (`engine="continuous"`), for each N in `--concurrent`;
    rollouts/s, generated tokens/s and the speed-ups over one at a time. One-at-a-time runs the
    largest N's episodes once; a smaller N's figure is the time of its first N episodes (the same
-   episodes: sessions are seeded by their number). Every engine's trajectories must be the
-   one-at-a-time ones (token ids equal; sampling may flip on float near-ties, which is counted).
+   episodes: sessions are seeded by their number). Every engine's trajectories should be the
+   one-at-a-time ones (token ids equal; sampling may flip on float near-ties: counted). Times are
+   wall and CPU seconds of the process (one torch thread); the speed-ups use CPU seconds, which a
+   machine shared with other jobs disturbs far less than wall time. `--max-turns` caps episodes.
 2. sampling: the sampler alone (`decode_only`): 16 fixed-length continuations of the opening prompt.
 3. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
    opening of an airline episode, tools included) from 1 client, then from 16 concurrent
@@ -41,7 +43,7 @@ def load_average() -> list[str]:
         return f.read().split()[:3]
 
 
-def episodes_engines(model_name: str, concurrent: list[int], threads: int) -> dict:
+def episodes_engines(model_name: str, concurrent: list[int], threads: int, max_turns: int | None) -> dict:
     """Whole episodes: one at a time, lockstep and continuous batching (see the module docstring)."""
     import torch
 
@@ -54,30 +56,32 @@ def episodes_engines(model_name: str, concurrent: list[int], threads: int) -> di
     largest = max(concurrent)
     episodes = [Episode(seed=SEED + k // GROUP) for k in range(largest)]
 
-    def play(engine: str, batch: int, n: int) -> tuple[list, list[float]]:
+    def play(engine: str, batch: int, n: int) -> tuple[list, list[tuple[float, float]]]:
         policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0, engine=engine)
-        ends: list[float] = []
-        start = time.perf_counter()
-        trajs = rollout(lambda: make_env("airline", split="test"), policy, episodes[:n], batch_size=batch,
-                        on_done=lambda t: ends.append(time.perf_counter() - start))
+        ends: list[tuple[float, float]] = []  # (wall, cpu) seconds when each episode ended
+        wall, cpu = time.perf_counter(), time.process_time()
+        trajs = rollout(lambda: make_env("airline", split="test", max_turns=max_turns), policy, episodes[:n], batch_size=batch,
+                        on_done=lambda t: ends.append((time.perf_counter() - wall, time.process_time() - cpu)))
         return trajs, ends
 
-    def figures(trajs: list, seconds: float) -> dict:
+    def figures(trajs: list, seconds: tuple[float, float]) -> dict:
         generated = sum(sum(t.tokens.mask) for t in trajs)
-        return {"seconds": round(seconds, 2), "rollouts_per_second": round(len(trajs) / seconds, 3),
-                "generated_tokens": generated, "tokens_per_second": round(generated / seconds, 1),
-                "load_average": load_average()}
+        return {"wall_seconds": round(seconds[0], 2), "cpu_seconds": round(seconds[1], 2),
+                "rollouts_per_cpu_second": round(len(trajs) / seconds[1], 3), "generated_tokens": generated,
+                "tokens_per_cpu_second": round(generated / seconds[1], 1), "load_average": load_average()}
 
     alone, ends = play("lockstep", 1, largest)  # one at a time: episode k ends at ends[k]
-    out: dict = {"threads": threads, "episodes_per_task": GROUP}
+    print("one at a time", json.dumps(ends), file=sys.stderr, flush=True)
+    out: dict = {"threads": threads, "episodes_per_task": GROUP, "max_turns": max_turns}
     for n in concurrent:
         row = {"one_at_a_time": figures(alone[:n], ends[n - 1])}
         for engine in ("lockstep", "continuous"):
             trajs, engine_ends = play(engine, n, n)
-            row[engine] = figures(trajs, engine_ends[-1] if engine_ends else 0.0)
+            row[engine] = figures(trajs, engine_ends[-1])
             row[engine]["same_tokens_as_one_at_a_time"] = sum(a.tokens.ids == b.tokens.ids for a, b in zip(trajs, alone))
-            row[engine]["speedup"] = round(row[engine]["rollouts_per_second"] / row["one_at_a_time"]["rollouts_per_second"], 2)
+            row[engine]["speedup"] = round(row["one_at_a_time"]["cpu_seconds"] / row[engine]["cpu_seconds"], 2)
         out[f"{n}_concurrent"] = row
+        print(n, json.dumps(row), file=sys.stderr, flush=True)  # progress
     out["peak_rss_mb"] = round(peak_mb(), 1)
     return out
 
@@ -173,6 +177,7 @@ def main() -> None:
     parser.add_argument("--model", default="tiny-agent")
     parser.add_argument("--rollouts", type=int, default=16, help="rows of the sampler-alone part")
     parser.add_argument("--concurrent", type=int, nargs="+", default=[16, 32])
+    parser.add_argument("--max-turns", type=int, default=None, help="cap on an airline episode's turns")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
@@ -181,7 +186,7 @@ def main() -> None:
     args = parser.parse_args()
     parts = args.part or ["episodes", "sampling", "server"]
     if args.child:  # one part, in this process
-        run = {"episodes": lambda: episodes_engines(args.model, args.concurrent, args.threads),
+        run = {"episodes": lambda: episodes_engines(args.model, args.concurrent, args.threads, args.max_turns),
                "sampling": lambda: sampling(args.model, args.rollouts, args.threads),
                "server": lambda: server(args.model, args.clients, args.per_client, args.threads)}[parts[0]]
         print(json.dumps(run()))
@@ -190,7 +195,7 @@ def main() -> None:
     for part in parts:
         cmd = [sys.executable, __file__, "--child", "--part", part, "--model", args.model, "--rollouts", str(args.rollouts),
                "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads),
-               "--concurrent", *map(str, args.concurrent)]
+               "--concurrent", *map(str, args.concurrent), *(["--max-turns", str(args.max_turns)] if args.max_turns else [])]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results[part] = json.loads(done.stdout.strip().splitlines()[-1])
         print(part, json.dumps(results[part], indent=2), flush=True)

@@ -57,10 +57,11 @@ class SlotCache(Cache):
     are written (`write_rows`, `write_pos`) and which slots the attention reads (`read_rows`, None =
     slots 0..batch-1) up to `read_len` positions."""
 
-    def __init__(self, slots: int):
+    def __init__(self, slots: int, limit: int):
         super().__init__(layers=[])
         self.slots = slots
-        self.capacity = MIN_CAPACITY
+        self.limit = limit  # doubling stops here (the model's context); longer requests still fit
+        self.capacity = min(MIN_CAPACITY, limit)
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self.write_rows = self.write_pos = self.read_rows = None
@@ -75,7 +76,7 @@ class SlotCache(Cache):
     def ensure(self, length: int) -> None:
         if length <= self.capacity:
             return
-        capacity = max(length, 2 * self.capacity)
+        capacity = max(length, min(2 * self.capacity, self.limit))
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 new = old.new_zeros((*old.shape[:2], capacity, old.shape[3]))
@@ -138,7 +139,7 @@ class ContinuousSampler:
         inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.bool_mask = inner.config._attn_implementation == "sdpa"
         self.layers = int(inner.config.num_hidden_layers)
-        self.cache = SlotCache(max_rows)
+        self.cache = SlotCache(max_rows, int(getattr(inner.config, "max_position_embeddings", None) or 1 << 20))
         self.cache.allocate(self.layers, self._probe_like())
         self.rows: dict[Hashable, _Row] = {}
         self.by_slot: list[_Row] = []

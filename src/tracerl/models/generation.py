@@ -5,7 +5,9 @@ cache repeated for the rows — rows of one adapter only), left-pads the rest of
 one prefill and then one forward per new token with the KV cache, and samples every row with its own temperature, top-p, token
 budget, stop tokens and `torch.Generator` — so a row's tokens do not depend on which other rows
 share its batch (up to floating-point differences of batched kernels). Rows that finish are
-dropped from the batch and the cache.
+dropped from the batch and the cache. It serves one batch of requests (`LocalPolicy.act`, the
+server's batches); `rollout` plays whole episodes through `tracerl.models.continuous`, whose rows
+join and leave a running batch and sample through `_sample_rows` here.
 
 The model only needs the HF causal-LM call `model(input_ids=, attention_mask=, position_ids=,
 past_key_values=, use_cache=True, **extra) -> output with .logits and .past_key_values` (or, as
