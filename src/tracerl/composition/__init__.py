@@ -10,21 +10,27 @@
   `load_composed(path)` returns an HF causal LM with `model.tracerl_composition`.
 """
 
-from tracerl.composition.accuracy import LabelledPrompt, routing_accuracy
-from tracerl.composition.adapters import LoRAAdapter, LoRAModule, check_adapters, load_adapter
-from tracerl.composition.artifact import CompositionSpec, load_composed, read_spec, save_composed
-from tracerl.composition.build import ComposeOptions, build_composition
-from tracerl.composition.composed import Capability, Composition, compose, composition_of, gate_parameter_count
-from tracerl.composition.examples import GateExample, examples_from_trajectories
-from tracerl.composition.layers import GatedLoRALinear
-from tracerl.composition.merge import merge_adapters
-from tracerl.composition.router import TaskRouter, route_names
-from tracerl.composition.training import GateTrainingConfig, train_gates
+_EXPORTS = {
+    "LabelledPrompt": "tracerl.composition.accuracy", "routing_accuracy": "tracerl.composition.accuracy",
+    "LoRAAdapter": "tracerl.composition.adapters", "LoRAModule": "tracerl.composition.adapters",
+    "check_adapters": "tracerl.composition.adapters", "load_adapter": "tracerl.composition.adapters",
+    "CompositionSpec": "tracerl.composition.artifact", "load_composed": "tracerl.composition.artifact",
+    "read_spec": "tracerl.composition.artifact", "save_composed": "tracerl.composition.artifact",
+    "ComposeOptions": "tracerl.composition.build", "build_composition": "tracerl.composition.build",
+    "Capability": "tracerl.composition.composed", "Composition": "tracerl.composition.composed",
+    "compose": "tracerl.composition.composed", "composition_of": "tracerl.composition.composed",
+    "gate_parameter_count": "tracerl.composition.composed", "GateExample": "tracerl.composition.examples",
+    "examples_from_trajectories": "tracerl.composition.examples", "GatedLoRALinear": "tracerl.composition.layers",
+    "merge_adapters": "tracerl.composition.merge", "TaskRouter": "tracerl.composition.router",
+    "route_names": "tracerl.composition.router", "GateTrainingConfig": "tracerl.composition.training",
+    "train_gates": "tracerl.composition.training",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "Capability", "ComposeOptions", "Composition", "CompositionSpec", "GateExample", "GateTrainingConfig",
-    "GatedLoRALinear", "LabelledPrompt", "LoRAAdapter", "LoRAModule", "TaskRouter", "build_composition",
-    "check_adapters", "compose", "composition_of", "examples_from_trajectories", "gate_parameter_count",
-    "load_adapter", "load_composed", "merge_adapters", "read_spec", "route_names", "routing_accuracy",
-    "save_composed", "train_gates",
-]
+
+def __getattr__(name: str):  # lazy: `tracerl --help` and the commands that load no model need not import torch
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,19 @@
 """Core data model: messages, tool schemas, trajectories, the policy interface, file I/O."""
 
-from tracerl.core.errors import InputError
-from tracerl.core.messages import Action, FunctionCall, Message, ToolCall, canonical_json
-from tracerl.core.policy import Policy, Session
-from tracerl.core.tools import ToolSchema, load_tools_json
-from tracerl.core.trajectory import TokenRecord, Trajectory, TrajectoryGroup
+_EXPORTS = {
+    "InputError": "tracerl.core.errors", "Action": "tracerl.core.messages", "FunctionCall": "tracerl.core.messages",
+    "Message": "tracerl.core.messages", "ToolCall": "tracerl.core.messages",
+    "canonical_json": "tracerl.core.messages", "Policy": "tracerl.core.policy", "Session": "tracerl.core.policy",
+    "ToolSchema": "tracerl.core.tools", "load_tools_json": "tracerl.core.tools",
+    "TokenRecord": "tracerl.core.trajectory", "Trajectory": "tracerl.core.trajectory",
+    "TrajectoryGroup": "tracerl.core.trajectory",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "Action", "FunctionCall", "InputError", "Message", "Policy", "Session", "TokenRecord",
-    "ToolCall", "ToolSchema", "Trajectory", "TrajectoryGroup", "canonical_json", "load_tools_json",
-]
+
+def __getattr__(name: str):  # lazy: importing `tracerl.core.errors` need not load the pydantic models
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

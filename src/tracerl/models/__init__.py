@@ -11,14 +11,20 @@
 - `TINY_AGENT_DIR` (tiny_agent/): the embedded agent; `tracerl build-agent` remakes it.
 """
 
-from tracerl.models.chat import ChatFormat, ChatState
-from tracerl.models.generation import GenerationRequest, GenerationResult, generate
-from tracerl.models.local import LocalPolicy, load_model
-from tracerl.models.parsing import ParsedMessage, parse_assistant_text
-from tracerl.models.remote import RemotePolicy, RemotePolicyError
-from tracerl.models.tiny_agent import TINY_AGENT_DIR
+_EXPORTS = {
+    "ChatFormat": "tracerl.models.chat", "ChatState": "tracerl.models.chat",
+    "GenerationRequest": "tracerl.models.generation", "GenerationResult": "tracerl.models.generation",
+    "generate": "tracerl.models.generation", "LocalPolicy": "tracerl.models.local",
+    "load_model": "tracerl.models.local", "ParsedMessage": "tracerl.models.parsing",
+    "parse_assistant_text": "tracerl.models.parsing", "RemotePolicy": "tracerl.models.remote",
+    "RemotePolicyError": "tracerl.models.remote", "TINY_AGENT_DIR": "tracerl.models.tiny_agent",
+}
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "TINY_AGENT_DIR", "ChatFormat", "ChatState", "GenerationRequest", "GenerationResult", "LocalPolicy",
-    "ParsedMessage", "RemotePolicy", "RemotePolicyError", "generate", "load_model", "parse_assistant_text",
-]
+
+def __getattr__(name: str):  # lazy: `tracerl --help` and the commands that load no model need not import torch
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,14 +9,22 @@
     select      label N runs, write labels/run_XX.json and capabilities.json
 """
 
-from tracerl.selection.aggregate import Aggregate, SelectionParams, aggregate
-from tracerl.selection.catalogue import Capability, Rubric, builtin_capabilities, load_capabilities, merge_capabilities
-from tracerl.selection.labels import LabelRun, Labeller, PairLabel
-from tracerl.selection.rules import RulesLabeller
-from tracerl.selection.select import capabilities_document, label_runs, select_capabilities
+_EXPORTS = {
+    "Aggregate": "tracerl.selection.aggregate", "SelectionParams": "tracerl.selection.aggregate",
+    "Capability": "tracerl.selection.catalogue", "Rubric": "tracerl.selection.catalogue",
+    "builtin_capabilities": "tracerl.selection.catalogue", "load_capabilities": "tracerl.selection.catalogue",
+    "merge_capabilities": "tracerl.selection.catalogue",
+    "LabelRun": "tracerl.selection.labels", "Labeller": "tracerl.selection.labels",
+    "PairLabel": "tracerl.selection.labels", "RulesLabeller": "tracerl.selection.rules",
+    "capabilities_document": "tracerl.selection.select", "label_runs": "tracerl.selection.select",
+    "select_capabilities": "tracerl.selection.select",
+}
+__all__ = sorted(_EXPORTS)  # the function `aggregate` is `tracerl.selection.aggregate.aggregate` (same name as its module)
 
-__all__ = [
-    "Aggregate", "Capability", "LabelRun", "Labeller", "PairLabel", "Rubric", "RulesLabeller", "SelectionParams",
-    "aggregate", "builtin_capabilities", "capabilities_document", "label_runs", "load_capabilities", "merge_capabilities",
-    "select_capabilities",
-]
+
+def __getattr__(name: str):  # lazy: `tracerl --help` need not import numpy
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
