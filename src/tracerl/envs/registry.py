@@ -63,7 +63,11 @@ def register_policy(name: str, factory: PolicyFactory) -> None:
 
 
 def make_env(name: str, **kw: Any) -> Env:
-    """A new environment; e.g. `make_env('airline', split='test')`."""
+    """A new environment; e.g. `make_env('airline', split='test')`, `make_env('tau2:retail', user={…})`."""
+    if name.startswith("tau2:"):  # τ²-bench's own domains played live (tracerl.envs.tau2_live)
+        from tracerl.envs.tau2_live import make_tau2_env
+
+        return make_tau2_env(name.partition(":")[2], **kw)
     factory = ENV_FACTORIES.get(name)
     if factory is None:
         raise InputError(f"unknown environment '{name}' (known: {', '.join(sorted(ENV_FACTORIES))})")

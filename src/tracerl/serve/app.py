@@ -333,10 +333,21 @@ def _messages(raw: list[dict[str, Any]]) -> list[Message]:
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts
             m["content"] = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if isinstance(m.get("tool_calls"), list):  # keys beyond OpenAI's (τ²-bench adds a call's "name") are ignored
+            m["tool_calls"] = [_known_call_keys(c) for c in m["tool_calls"]]
         try:
             out.append(Message.model_validate({k: v for k, v in m.items() if k in Message.model_fields}))
         except ValidationError as e:
             raise APIError(400, f"messages[{i}]: {describe_validation_error(e)}", "messages") from None
+    return out
+
+
+def _known_call_keys(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    out = {k: v for k, v in call.items() if k in ("id", "type", "function")}
+    if isinstance(out.get("function"), dict):
+        out["function"] = {k: v for k, v in out["function"].items() if k in ("name", "arguments")}
     return out
 
 

@@ -1,0 +1,326 @@
+"""The live τ²-bench target: `make_env("tau2:retail", user=…)` plays τ²-bench's own episodes.
+
+τ²-bench (github.com/sierra-research/tau2-bench) needs Python ≥ 3.12 and is not on the package
+index, so it runs in its own process (`tau2_bridge.py`, one per Python and data folder, started on
+first use) and this module speaks to it over a pipe. Everything of an episode but the agent is
+τ²-bench's: the domain's environment and tools, its user simulator (litellm, any OpenAI-compatible
+endpoint), its orchestrator's turn-taking and termination, and its evaluator. The agent is the
+tracerl policy: it sees τ²-bench's agent system prompt, the opening greeting, the user's turns and
+its tool results, and it ends an episode as in `tau2.gym` (the `done` tool or "###STOP###"), or
+the user ends it. Its messages and token records stay tracerl's.
+
+Settings (`Tau2Settings`): the user simulator and the NL-assertion judge endpoints, the reward
+basis (None = each task's own; e.g. ["DB"] restricts it), task ids, τ²-bench's max_steps and
+max_errors, the Python that has τ²-bench and its data folder. Every result records the basis,
+the user simulator and the judge it was graded with. Problems found before any episode (unknown
+domain or task, τ²-bench missing, an endpoint that does not answer, a basis that needs a judge
+none is configured for) raise a one-line `InputError`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Message
+from tracerl.core.tools import ToolSchema
+from tracerl.envs.base import Env, StepResult
+
+BRIDGE = Path(__file__).with_name("tau2_bridge.py")
+INSTALL_HINT = ("install τ²-bench (Python ≥ 3.12): PYTHON -m pip install 'tau2 @ git+https://github.com/"
+                "sierra-research/tau2-bench' and name that Python in tau2.python or $TRACERL_TAU2_PYTHON")
+RewardBasis = Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]
+PREMATURE = {"max_steps", "timeout"}
+
+
+class Endpoint(BaseModel):
+    """An OpenAI-compatible chat endpoint (vLLM, `tracerl serve`, a hosted API)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="the served model name")
+    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1; None = litellm's own routing by model name")
+    api_key_env: str | None = Field(None, description="the environment variable holding the key; None = no key")
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int | None = Field(None, ge=1, description="cap on each answer (None: the endpoint's default)")
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.model, "base_url": self.base_url, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+
+    def for_bridge(self) -> dict[str, Any]:
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        return {**self.describe(), "api_key": key}
+
+
+class Tau2Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user: Endpoint | None = Field(None, description="τ²-bench's user simulator runs on this endpoint (required)")
+    judge: Endpoint | None = Field(None, description="the NL-assertion judge; needed when the basis has NL_ASSERTION")
+    reward_basis: list[RewardBasis] | None = Field(None, description="None = each task's own basis; e.g. [DB]")
+    task_ids: list[str] | None = Field(None, description="play these tasks (default: the split's, from split_tasks.json)")
+    max_steps: int = Field(200, ge=1, description="τ²-bench's limit on messages in an episode")
+    max_errors: int = Field(10, ge=1, description="τ²-bench's limit on tool errors in an episode")
+    python: str | None = Field(None, description="a Python ≥ 3.12 with τ²-bench (default: $TRACERL_TAU2_PYTHON, "
+                               "this Python, .venv-tau2/bin/python)")
+    data_dir: str | None = Field(None, description="τ²-bench's data folder (default: $TAU2_DATA_DIR, else τ²-bench's own)")
+    check_endpoints: bool = Field(True, description="ask each endpoint's /models before the first episode")
+
+
+# --- the bridge process -----------------------------------------------------------------------
+
+class Bridge:
+    """One τ²-bench process; requests are answered in order (a lock makes it thread-safe)."""
+
+    def __init__(self, python: str, data_dir: str | None):
+        env = dict(os.environ)
+        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches a price list at import otherwise
+        if data_dir:
+            env["TAU2_DATA_DIR"] = os.path.abspath(data_dir)
+        self.workdir = tempfile.mkdtemp(prefix="tracerl-tau2-")  # τ²-bench may write logs under its cwd
+        self.log_path = Path(self.workdir) / "bridge.log"
+        self._log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen([python, str(BRIDGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=self._log, env=env, cwd=self.workdir, text=True, encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"cannot run τ²-bench's Python '{python}' ({e.strerror}); {INSTALL_HINT}") from None
+        self.python = python
+        self._lock = threading.Lock()
+        self.domains: dict[str, dict[str, Any]] = {}
+
+    def request(self, op: str, **payload: Any) -> dict[str, Any]:
+        with self._lock:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"τ²-bench's process ended (exit {self.proc.returncode}); log: {self.log_path}")
+            assert self.proc.stdin and self.proc.stdout
+            self.proc.stdin.write(json.dumps({"op": op, **payload}, ensure_ascii=False) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"τ²-bench's process ended without an answer; log: {self.log_path}")
+        answer = json.loads(line)
+        if not answer.pop("ok"):
+            raise Tau2Error(answer["error"])
+        return answer
+
+    def domain(self, name: str) -> dict[str, Any]:
+        if name not in self.domains:
+            self.domains[name] = self.request("domain", domain=name)
+        return self.domains[name]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+        self._log.close()
+
+
+class Tau2Error(RuntimeError):
+    """An error τ²-bench's process reported."""
+
+
+_BRIDGES: dict[tuple[str, str | None], Bridge] = {}
+_CHECKED: set[str] = set()
+
+
+def bridge_for(python: str, data_dir: str | None) -> Bridge:
+    data_dir = data_dir or os.environ.get("TAU2_DATA_DIR") or None
+    key = (python, os.path.abspath(data_dir) if data_dir else None)
+    if key not in _BRIDGES:
+        bridge = Bridge(python, data_dir)
+        try:
+            hello = bridge.request("hello")
+        except Tau2Error as e:
+            bridge.close()
+            raise InputError(f"τ²-bench is not installed for {python} ({e}); {INSTALL_HINT}") from None
+        except RuntimeError:
+            bridge.close()
+            tail = bridge.log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise InputError(f"{python} could not run τ²-bench's side ({tail[0][:300]}); {INSTALL_HINT}") from None
+        bridge.hello = hello  # type: ignore[attr-defined]
+        _BRIDGES[key] = bridge
+    return _BRIDGES[key]
+
+
+@atexit.register
+def close_bridges() -> None:
+    for bridge in _BRIDGES.values():
+        bridge.close()
+    _BRIDGES.clear()
+
+
+def find_python(setting: str | None) -> str:
+    """The Python that runs τ²-bench: the setting, $TRACERL_TAU2_PYTHON, this one (≥ 3.12), a .venv-tau2."""
+    chosen = setting or os.environ.get("TRACERL_TAU2_PYTHON")
+    if chosen:  # a relative path is the caller's (the bridge runs elsewhere); symlinks kept: venvs are symlinks
+        return os.path.abspath(chosen) if os.sep in chosen else chosen
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        candidate = root / ".venv-tau2" / "bin" / "python"
+        if candidate.exists():
+            return str(candidate)
+    raise InputError(f"τ²-bench needs Python ≥ 3.12 (this is {sys.version.split()[0]}); {INSTALL_HINT}")
+
+
+def check_endpoint(role: str, endpoint: Endpoint) -> None:
+    """One GET of the endpoint's /models: it answers, and serves the model when it lists models."""
+    if endpoint.base_url is None:
+        return
+    url = endpoint.base_url.rstrip("/") + "/models"
+    if url in _CHECKED:
+        return
+    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
+    try:
+        response = httpx.get(url, timeout=10, headers={"Authorization": f"Bearer {key}"} if key else None)
+    except httpx.HTTPError as e:
+        raise InputError(f"tau2.{role}: the endpoint {endpoint.base_url} does not answer ({type(e).__name__}: {e})") from None
+    if response.status_code == 200:
+        try:
+            served = [m.get("id") for m in response.json().get("data", [])]
+        except (ValueError, AttributeError):
+            served = []
+        if served and endpoint.model.removeprefix("openai/") not in served:
+            raise InputError(f"tau2.{role}: {endpoint.base_url} does not serve '{endpoint.model}' (it serves: {', '.join(map(str, served))})")
+    elif response.status_code in (401, 403):
+        raise InputError(f"tau2.{role}: {endpoint.base_url} refused the key (HTTP {response.status_code}; set {endpoint.api_key_env or 'api_key_env'})")
+    _CHECKED.add(url)
+
+
+# --- the environment ------------------------------------------------------------------------
+
+class Tau2Env(Env):
+    """One τ²-bench domain as a tracerl `Env`; `reset(seed)` plays task `task_ids[seed % n]`
+    (or `options["task_id"]`), with `seed` as τ²-bench's simulation seed."""
+
+    def __init__(self, domain: str, split: str | None, settings: Tau2Settings):
+        self.settings = settings
+        self.bridge = bridge_for(find_python(settings.python), settings.data_dir)
+        try:
+            self.info = self.bridge.domain(domain)
+        except Tau2Error as e:
+            raise InputError(f"tau2:{domain}: {e}") from None
+        self.name = domain
+        self.task_ids = self._tasks(split)
+        self.max_turns = settings.max_steps
+        kinds = self.info["tool_kinds"]
+        self._tools = [ToolSchema.from_openai(t) for t in self.info["tools"]]
+        for t in self._tools:
+            t.kind = kinds.get(t.name) if kinds.get(t.name) in ("read", "write") else "generic"  # type: ignore[assignment]
+        self._check_basis()
+        if settings.user is None:
+            raise InputError(f"tau2:{domain}: no user simulator configured (tau2.user: model, base_url, …)")
+        if settings.check_endpoints:
+            check_endpoint("user", settings.user)
+            if settings.judge is not None and self._needs_judge():
+                check_endpoint("judge", settings.judge)
+        self.episode: str | None = None
+        self.simulation: dict[str, Any] | None = None
+
+    def _tasks(self, split: str | None) -> list[str]:
+        known, splits = self.info["tasks"], self.info["splits"]
+        if self.settings.task_ids:
+            missing = [t for t in self.settings.task_ids if t not in known]
+            if missing:
+                raise InputError(f"tau2:{self.name}: no task {', '.join(map(repr, missing))} (it has {len(known)} tasks)")
+            return list(self.settings.task_ids)
+        if split is None or split == "base":
+            return list(splits.get("base", known))
+        if split not in splits:
+            raise InputError(f"tau2:{self.name}: no split '{split}' (its splits: {', '.join(splits)})")
+        return list(splits[split])
+
+    def _basis(self, task_id: str) -> list[str]:
+        return list(self.settings.reward_basis) if self.settings.reward_basis else list(self.info["reward_basis"][task_id])
+
+    def _needs_judge(self) -> bool:
+        return any("NL_ASSERTION" in self._basis(t) for t in self.task_ids)
+
+    def _check_basis(self) -> None:
+        if self.settings.judge is None and self._needs_judge():
+            count = sum("NL_ASSERTION" in self._basis(t) for t in self.task_ids)
+            raise InputError(f"tau2:{self.name}: {count} of {len(self.task_ids)} tasks are graded with NL_ASSERTION, "
+                             "which needs a judge: configure tau2.judge or restrict tau2.reward_basis (e.g. [DB])")
+
+    @property
+    def tools(self) -> list[ToolSchema]:
+        return [t.model_copy() for t in self._tools]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
+        options = dict(options or {})
+        seed = 0 if seed is None else int(seed)
+        task_id = str(options.get("task_id") or self.task_ids[seed % len(self.task_ids)])
+        if task_id not in self.info["reward_basis"]:
+            raise ValueError(f"no task '{task_id}' in τ²-bench domain '{self.name}'")
+        if self.episode is not None:
+            self.bridge.request("close", episode=self.episode)
+        self.episode, self.simulation = uuid.uuid4().hex, None
+        assert self.settings.user is not None
+        answer = self.bridge.request(
+            "reset", episode=self.episode, domain=self.name, task_id=task_id, seed=seed,
+            user=self.settings.user.for_bridge(), judge=self.settings.judge.for_bridge() if self.settings.judge else None,
+            reward_basis=self.settings.reward_basis, max_steps=self.settings.max_steps,
+            max_errors=self.settings.max_errors, simulation_id=self.episode)
+        self._done = False
+        self._early = answer if answer["done"] else None  # ended before the agent spoke (e.g. the user simulator failed)
+        messages = [Message.system(self.info["system_prompt"])] + [Message.model_validate(m) for m in answer["messages"]]
+        info = {
+            "task_id": task_id,
+            "gold_actions": self.info["gold_actions"][task_id],
+            "communicate_info": self.info["communicate_info"][task_id],
+            "source": "tau2-live",
+            "reward_basis": self._basis(task_id),
+            "user_simulator": self.settings.user.describe(),
+            "judge": self.settings.judge.describe() if self.settings.judge else None,
+            "tau2_version": self.bridge.hello.get("version"),  # type: ignore[attr-defined]
+        }
+        return messages, info
+
+    def step(self, message: Message) -> StepResult:
+        if self._done or self.episode is None:
+            raise RuntimeError("step() after the episode ended; call reset()")
+        if message.role != "assistant":
+            raise ValueError(f"step() takes an assistant message, got role '{message.role}'")
+        answer = self._early or self.bridge.request("step", episode=self.episode, message=message.to_openai())
+        new = [] if self._early else [Message.model_validate(m) for m in answer["messages"]]
+        if not answer["done"]:
+            return new, 0.0, False, False, {}
+        self._done, self.episode = True, None
+        self.simulation = answer["simulation"]
+        reward_info = answer["reward_info"] or {}
+        termination = answer["termination"]
+        breakdown = {str(k): float(v) for k, v in (reward_info.get("reward_breakdown") or {}).items() if v is not None}
+        info = {"termination": termination, "reward_breakdown": breakdown, "reward_info": reward_info}
+        if answer.get("error"):
+            info["error"] = answer["error"]
+        truncated = termination in PREMATURE
+        return new, float(answer["reward"]), not truncated, truncated, info
+
+
+def make_tau2_env(domain: str, split: str | None = None, **settings: Any) -> Tau2Env:
+    """The factory behind `make_env("tau2:<domain>", split=…, user={…}, reward_basis=[…], …)`."""
+    try:
+        parsed = Tau2Settings.model_validate(settings)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise InputError(f"tau2 settings: {where}: {first['msg']}") from None
+    return Tau2Env(domain, split, parsed)

@@ -1,0 +1,216 @@
+"""The live τ²-bench target and τ²-bench judging `tracerl serve`: τ²-bench's own code, run for real.
+
+They need a Python ≥ 3.12 with τ²-bench (scripts/test.sh builds `.venv-tau2` from ../shared/tau2-bench
+and sets TRACERL_REQUIRE_TAU2=1, which turns a missing τ²-bench into a failure instead of a skip)
+and τ²-bench's data: its domains from the τ²-bench source, the user simulator's guidelines from
+tests/data/tau2/user_simulator (the source copy here lacks them). The user simulator (and, for
+`tau2 run`, the agent) is the tiny agent served on loopback by `tracerl serve`'s server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Message, ToolCall
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = Path(os.environ.get("TRACERL_TAU2_SOURCE") or ROOT.parent / "shared" / "tau2-bench")
+GUIDELINES = ROOT / "tests" / "data" / "tau2" / "user_simulator"
+STOPS = {"user_stop", "agent_stop", "max_steps", "too_many_errors", "agent_error", "user_error", "infrastructure_error"}
+
+pytestmark = pytest.mark.timeout(1800)
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("TRACERL_REQUIRE_TAU2"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def tau2_python() -> str:
+    python = os.environ.get("TRACERL_TAU2_PYTHON") or str(ROOT / ".venv-tau2" / "bin" / "python")
+    if not Path(python).exists():
+        _missing(f"no Python with τ²-bench at {python} (bash scripts/test.sh makes one)")
+    return python
+
+
+@pytest.fixture(scope="module")
+def tau2_data(tmp_path_factory) -> str:
+    """A τ²-bench data folder: the mock and retail domains of the source, the user simulator's guidelines."""
+    domains = SOURCE / "data" / "tau2" / "domains"
+    if not (domains / "retail" / "db.json").exists():
+        _missing(f"no τ²-bench data at {domains}")
+    root = tmp_path_factory.mktemp("tau2-data")
+    (root / "tau2" / "domains").mkdir(parents=True)
+    for name in ("mock", "retail"):
+        (root / "tau2" / "domains" / name).symlink_to(domains / name, target_is_directory=True)
+    (root / "tau2" / "user_simulator").symlink_to(GUIDELINES, target_is_directory=True)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The tiny agent behind the OpenAI API on loopback, as `tracerl serve` runs it."""
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+
+    model, tokenizer = load_model("tiny-agent")
+    with ServerThread(LocalPolicy(model, tokenizer), served_model_name="tiny-agent", max_batch_size=4) as server:
+        yield server.base_url
+
+
+def tau2_env(domain: str, tau2_python: str, tau2_data: str, base_url: str, **settings):
+    from tracerl.envs.registry import make_env
+
+    user = {"model": "tiny-agent", "base_url": base_url, "max_tokens": 24}
+    return make_env(f"tau2:{domain}", python=tau2_python, data_dir=tau2_data, user=user, **settings)
+
+
+def replay(env, task_id: str, actions: list[dict]) -> tuple[float, str]:
+    """Play a task's actions as the agent's tool calls, then end with τ²-bench's `done` tool."""
+    env.reset(seed=0, options={"task_id": task_id})
+    for i, action in enumerate(actions):
+        _, _, terminated, truncated, _ = env.step(Message.assistant(None, [ToolCall.make(action["name"], action["arguments"], f"gold_{i}")]))
+        assert not (terminated or truncated), f"task {task_id}: the episode ended at action {i}"
+    _, reward, terminated, _, info = env.step(Message.assistant(None, [ToolCall.make("done", {}, "end")]))
+    assert terminated
+    return reward, info["termination"]
+
+
+@pytest.mark.slow
+def test_retail_gold_replays_pass_under_db_basis_and_damaged_ones_fail(tau2_python, tau2_data, served):
+    env = tau2_env("retail", tau2_python, tau2_data, served, split="base", reward_basis=["DB"], max_steps=100)
+    assert len(env.task_ids) == 114  # τ²-bench 1.0.1's retail split_tasks.json: base = 74 train + 40 test
+    kinds = {t.name: t.kind for t in env.tools}
+    assert kinds["cancel_pending_order"] == "write" and kinds["get_order_details"] == "read" and "done" in kinds
+    failures, damaged = [], []
+    start = time.perf_counter()
+    for task_id in env.task_ids:
+        messages, info = env.reset(seed=0, options={"task_id": task_id})
+        assert info["reward_basis"] == ["DB"] and info["user_simulator"]["model"] == "tiny-agent"
+        gold = info["gold_actions"]
+        reward, termination = replay(env, task_id, gold)
+        if reward != 1.0 or termination != "agent_stop":
+            failures.append((task_id, reward, termination))
+        writes = [i for i, a in enumerate(gold) if kinds.get(a["name"]) == "write"]
+        if writes and len(damaged) < 4:
+            damaged.append((task_id, gold, writes[-1]))
+    elapsed = time.perf_counter() - start
+    print(f"\nretail gold replays: {len(env.task_ids) - len(failures)}/{len(env.task_ids)} at reward 1.0 (DB), {elapsed:.0f} s")
+    assert failures == []
+    for task_id, gold, last_write in damaged:
+        dropped = gold[:last_write] + gold[last_write + 1:]
+        assert replay(env, task_id, dropped) == (0.0, "agent_stop"), task_id
+        call = gold[last_write]
+        key = next(k for k, v in call["arguments"].items() if isinstance(v, str))
+        corrupted = [*gold[:last_write], {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + "x"}}]
+        assert replay(env, task_id, corrupted)[0] == 0.0, task_id
+
+
+@pytest.mark.slow
+def test_live_mock_episodes_with_the_tiny_agent(tau2_python, tau2_data, served):
+    from tracerl.envs.registry import make_policy
+    from tracerl.envs.runner import Episode, rollout
+
+    def make():
+        return tau2_env("mock", tau2_python, tau2_data, served, max_steps=12)
+
+    env = make()
+    policy = make_policy("model", max_new_tokens=48)
+    start = time.perf_counter()
+    trajectories = rollout(make, policy, [Episode(seed=s) for s in range(3)], batch_size=3)
+    elapsed = time.perf_counter() - start
+    print(f"\nlive mock episodes: {len(trajectories)} in {elapsed:.1f} s ({len(trajectories) / elapsed:.3f}/s)")
+    assert [t.task_id for t in trajectories] == env.task_ids[:3]
+    for t in trajectories:
+        assert t.domain == "mock" and t.termination in STOPS and t.termination != "infrastructure_error"
+        assert t.messages[0].role == "system" and "<policy>" in t.messages[0].content
+        assert t.messages[1].content == "Hi! How can I help you today?"  # τ²-bench's opening greeting
+        assert any(m.role == "user" for m in t.messages[2:])  # the user simulator answered
+        assert t.info["user_simulator"]["base_url"] == served and t.info["tau2_version"] == "1.0.1"
+        assert t.info["reward_basis"] and set(t.reward_breakdown) <= set(t.info["reward_basis"])
+        assert 0.0 <= t.reward <= 1.0 and (t.termination in {"user_stop", "agent_stop"} or t.reward == 0.0)
+        assert t.tokens is not None and sum(t.tokens.mask) > 0 and len(t.tokens.ids) > t.tokens.prompt_len
+        assert "done" in {tool.name for tool in t.tools}
+
+
+@pytest.mark.slow
+def test_tau2_run_grades_what_tracerl_serve_serves(tau2_python, tau2_data, served, tmp_path):
+    """τ²-bench's own CLI, agent and user on `tracerl serve`: tool calls in the OpenAI format it sends."""
+    from tracerl.envs.tau2 import read_tau2_results
+
+    tau2 = Path(tau2_python).parent / "tau2"
+    args = json.dumps({"api_base": served, "api_key": "x", "temperature": 0.0, "max_tokens": 32})
+    command = [str(tau2), "run", "--domain", "mock", "--agent-llm", "openai/tiny-agent", "--agent-llm-args", args,
+               "--user-llm", "openai/tiny-agent", "--user-llm-args", args, "--num-tasks", "2", "--max-steps", "6",
+               "--max-concurrency", "1", "--save-to", "tracerl-served"]
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "TAU2_DATA_DIR": tau2_data, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = Path(tau2_data) / "simulations" / "tracerl-served" / "results.json"
+    trajectories = read_tau2_results(results)
+    assert len(trajectories) == 2
+    for t in trajectories:
+        assert t.termination != "infrastructure_error", t.info
+        assert t.termination in STOPS
+        spoken = [m for m in t.messages if m.role == "assistant"][1:]  # after τ²-bench's greeting: the served model
+        assert spoken and all(m.content or m.tool_calls for m in spoken)
+
+
+# --- bad input: one line, before any episode ---------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unknown_domain(tau2_python, tau2_data):
+    with pytest.raises(InputError, match="unknown τ²-bench domain 'nowhere'"):
+        tau2_env("nowhere", tau2_python, tau2_data, "http://127.0.0.1:1/v1")
+
+
+def test_tau2_not_installed(tau2_data):
+    with pytest.raises(InputError, match="τ²-bench is not installed for") as e:
+        tau2_env("mock", sys.executable, tau2_data, "http://127.0.0.1:1/v1")  # the test venv: Python 3.11, no τ²-bench
+    assert "\n" not in str(e.value)
+
+
+def test_unreachable_user_simulator(tau2_python, tau2_data):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with pytest.raises(InputError, match=f"tau2.user: the endpoint {url} does not answer"):
+        tau2_env("mock", tau2_python, tau2_data, url)
+
+
+def test_nl_assertions_need_a_judge(tau2_python, tau2_data, served):
+    with pytest.raises(InputError, match="112 of 114 tasks are graded with NL_ASSERTION, which needs a judge"):
+        tau2_env("retail", tau2_python, tau2_data, served)
+    env = tau2_env("retail", tau2_python, tau2_data, served, reward_basis=["DB"])  # a restricted basis needs none
+    assert env.task_ids and env.settings.judge is None
+
+
+def test_unknown_task_and_split(tau2_python, tau2_data, served):
+    with pytest.raises(InputError, match="no task '999'"):
+        tau2_env("mock", tau2_python, tau2_data, served, task_ids=["999"])
+    with pytest.raises(InputError, match="no split 'dev'"):
+        tau2_env("retail", tau2_python, tau2_data, served, split="dev", reward_basis=["DB"])
+
+
+def test_cli_exits_2_with_one_line(tau2_python, tau2_data, monkeypatch, capsys):
+    from tracerl.cli import main
+
+    monkeypatch.setenv("TRACERL_TAU2_PYTHON", tau2_python)
+    monkeypatch.setenv("TAU2_DATA_DIR", tau2_data)
+    assert main(["collect", "--env", "tau2:nowhere", "--tasks", "1", "--out", os.devnull]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unknown τ²-bench domain 'nowhere'" in err and len(err.splitlines()) == 1
