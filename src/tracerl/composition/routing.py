@@ -13,6 +13,8 @@ routes the calls made inside it, as PEFT's `_enable_peft_forward_hooks` does for
 - a pre-hook on each of the layer's gated linears passes those weights in (`route=`).
 
 The hooks are removed in a `finally`, so an exception inside the call leaves none behind.
+Registering and removing them costs about 9 µs each on CPU (2026-12-01, a loaded 2-core machine):
+2.5 ms a call for a Qwen3-8B layout (36 layers × 7 adapted linears + 36 layers).
 `ComposedModel` (what `load_composed` returns) wraps every `forward` / `generate` in `routed`,
 like PEFT's `PeftModel`.
 """
