@@ -7,7 +7,8 @@
   the capability descriptions; modes "router" (top-1) and "merge" (top-p weighted, low-rank), and
   `merge_adapters` to write W + Σ α·scaling·B A into a plain model.
 - Artifacts: `build_composition` (what `tracerl compose` runs) writes a composed directory;
-  `load_composed(path)` returns an HF causal LM with `model.tracerl_composition`.
+  `load_composed(path)` returns a `ComposedModel`: an HF causal LM that routes every call through
+  forward pre-hooks installed for that call and removed after it (`tracerl.composition.routing`).
 """
 
 _EXPORTS = {
@@ -21,7 +22,7 @@ _EXPORTS = {
     "compose": "tracerl.composition.composed", "composition_of": "tracerl.composition.composed",
     "gate_parameter_count": "tracerl.composition.composed", "GateExample": "tracerl.composition.examples",
     "examples_from_trajectories": "tracerl.composition.examples", "GatedLoRALinear": "tracerl.composition.layers",
-    "merge_adapters": "tracerl.composition.merge", "TaskRouter": "tracerl.composition.router",
+    "merge_adapters": "tracerl.composition.merge", "ComposedModel": "tracerl.composition.routing", "TaskRouter": "tracerl.composition.router",
     "route_names": "tracerl.composition.router", "GateTrainingConfig": "tracerl.composition.training",
     "train_gates": "tracerl.composition.training",
 }
