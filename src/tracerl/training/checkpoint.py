@@ -1,4 +1,4 @@
-"""Checkpoints: adapter, optimizer, RNG states, step and rollouts used — written atomically.
+"""Checkpoints: adapter, optimizer, RNG states, counters and metrics rows of one step — written atomically.
 
 Layout inside the run's output directory (which is itself the PEFT adapter directory):
 
@@ -8,21 +8,26 @@ Layout inside the run's output directory (which is itself the PEFT adapter direc
     checkpoint/
         adapter/                                      PEFT adapter at `step`
         optimizer.pt                                  AdamW state
-        rng-rank{r}.pt                                torch / python / numpy RNG states of each rank
+        rng-rank{r}.pt                                torch (CPU and CUDA) / python / numpy RNG states of each rank
+        metrics.jsonl                                 the metrics rows up to `step`
         state.json                                    {"step", "rollouts_used", "metrics_rows"}
 
 A new checkpoint is built in a temporary sibling folder and swapped in by renames, so a `kill -9`
-at any moment leaves either the previous checkpoint or the new one, never a mix.
+at any moment leaves either the previous checkpoint or the new one, never a mix. A resumed run takes
+everything from that one folder — its metrics rows included, so rows logged after it (by the killed
+run) are dropped and redone, never kept twice.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +36,7 @@ from tracerl.core.io import read_json, write_json
 
 CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
+METRICS = "metrics.jsonl"
 
 
 @dataclass
@@ -41,13 +47,27 @@ class TrainState:
 
 
 def rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    return {"torch": torch.get_rng_state(), "cuda": cuda, "python": random.getstate(), "numpy": np.random.get_state()}
 
 
 def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+
+
+def metrics_text(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl ([] when there is none yet)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def save_adapter(model, directory: str | Path) -> None:
@@ -61,20 +81,22 @@ def save_adapter(model, directory: str | Path) -> None:
                 os.replace(f, directory / f.name)
 
 
-def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: list[dict]) -> None:
-    """Write checkpoint/ for `state` (rank 0 only; `rank_rng` holds every rank's RNG state)."""
+def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: list[dict],
+                    metrics: list[dict[str, Any]]) -> None:
+    """Write checkpoint/ for `state` (rank 0 only; `rank_rng` holds every rank's RNG state, `metrics` the rows so far)."""
+    if len(metrics) != state.metrics_rows:
+        raise ValueError(f"{len(metrics)} metrics rows for a state that counts {state.metrics_rows}")
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=out))
     model.save_pretrained(tmp / "adapter")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     for rank, rng in enumerate(rank_rng):
         torch.save(rng, tmp / f"rng-rank{rank}.pt")
+    (tmp / METRICS).write_text(metrics_text(metrics))
     write_json(tmp / "state.json", {"step": state.step, "rollouts_used": state.rollouts_used,
                                     "metrics_rows": state.metrics_rows})
     _fsync_dir(tmp)
     current, old = out / CHECKPOINT, out / _OLD
-    for stale in out.glob(".checkpoint.*"):  # temporary folders of a run killed while writing one
-        if stale != tmp and stale != old and stale.is_dir():
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_temporaries(out, keep=tmp)
     if old.exists() and current.exists():
         shutil.rmtree(old)
     if current.exists():
@@ -82,6 +104,20 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
     os.replace(tmp, current)
     _fsync_dir(out)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def remove_temporaries(out: Path, keep: Path | None = None) -> None:
+    """Delete what a run killed mid-write leaves in `out`: half-written checkpoint and adapter folders, temp files.
+
+    `.checkpoint.old` stays while it is the only complete checkpoint (a kill between the two renames).
+    """
+    current, old = out / CHECKPOINT, out / _OLD
+    for stale in [*out.glob(".checkpoint.*"), *out.glob(".adapter.*")]:
+        if stale == keep or (stale == old and not (current / "state.json").exists()):
+            continue
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in out.glob(".*.tmp"):  # atomic_write_text's temporary names
+        stale.unlink(missing_ok=True)
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -94,7 +130,7 @@ def latest_checkpoint(out: Path) -> Path | None:
 
 
 def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
-    """Restore adapter weights, optimizer and this rank's RNG states; return the saved counters."""
+    """Restore adapter weights, optimizer and this rank's RNG states; return the saved counters (metrics: `checkpoint_metrics`)."""
     from peft.utils import set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -107,6 +143,16 @@ def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
     data = read_json(path / "state.json")
     return TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
                       metrics_rows=int(data["metrics_rows"]))
+
+
+def checkpoint_metrics(path: Path, state: TrainState, out_metrics: Path) -> list[dict[str, Any]]:
+    """The metrics rows of the checkpoint in `path` (checkpoints without their own copy: the first rows of `out_metrics`)."""
+    rows = read_metrics(path / METRICS) if (path / METRICS).exists() else read_metrics(out_metrics)[: state.metrics_rows]
+    if len(rows) != state.metrics_rows:
+        from tracerl.core.errors import InputError
+
+        raise InputError(f"{path}: the checkpoint counts {state.metrics_rows} metrics rows, {len(rows)} found")
+    return rows
 
 
 def _fsync_dir(path: Path) -> None:

@@ -35,6 +35,7 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env
 from tracerl.envs.runner import Episode, rollout
 from tracerl.training import checkpoint as ckpt
+from tracerl.training.checkpoint import read_metrics  # noqa: F401 — the pipeline reads metrics through the trainer
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
@@ -114,9 +115,13 @@ class GRPOTrainer:
         if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
             self._check_same_run()
             self.state = ckpt.load_checkpoint(found, self.model, self.optimizer, self.world.rank)
-            self.metrics = read_metrics(self.out / "metrics.jsonl")[: self.state.metrics_rows]
+            self.metrics = ckpt.checkpoint_metrics(found, self.state, self.out / "metrics.jsonl")
             if self.world.is_main:
+                # rows the killed run logged after its checkpoint are redone: drop them now, not at the next step
+                atomic_write_text(self.out / "metrics.jsonl", ckpt.metrics_text(self.metrics))
+                ckpt.remove_temporaries(self.out)
                 self.backend.after_step(found / "adapter")
+            barrier(self.world)
         else:
             if self.world.is_main:
                 write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
@@ -342,28 +347,14 @@ class GRPOTrainer:
         self.metrics.append(row)
         self.state.metrics_rows = len(self.metrics)
         if self.world.is_main:
-            atomic_write_text(self.out / "metrics.jsonl", "".join(_json(r) + "\n" for r in self.metrics))
+            atomic_write_text(self.out / "metrics.jsonl", ckpt.metrics_text(self.metrics))
         if self.on_step is not None:
             self.on_step(row)
 
     def _checkpoint(self) -> None:
         rngs = all_gather(self.world, ckpt.rng_state())
         if self.world.is_main:
-            ckpt.save_checkpoint(self.out, self.model, self.optimizer, self.state, rngs)
+            ckpt.save_checkpoint(self.out, self.model, self.optimizer, self.state, rngs, self.metrics)
             ckpt.save_adapter(self.model, self.out)
         barrier(self.world)
 
-
-def _json(row: dict[str, Any]) -> str:
-    import json
-
-    return json.dumps(row, ensure_ascii=False)
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl ([] when there is none yet)."""
-    import json
-
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
