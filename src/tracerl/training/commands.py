@@ -18,6 +18,7 @@ def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, res
               max_steps: int | None, seed: int | None, adapter: Path | None, server: str | None,
               served_model: str | None, quiet: bool, console: Console) -> dict[str, Any]:
     """Train one adapter into `out`; returns a summary (first/last eval success, rollouts, seconds)."""
+    from tracerl.training.checkpoint import latest_checkpoint
     from tracerl.training.config import load_config
     from tracerl.training.distributed import init_world
     from tracerl.training.run import build_trainer, resolve_env
@@ -27,7 +28,7 @@ def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, res
     make_env, name, env_defaults = resolve_env(env)
     if "hint_fraction" not in cfg.model_fields_set and env_defaults.get("hint_fraction"):
         cfg = cfg.model_copy(update={"hint_fraction": float(env_defaults["hint_fraction"])})
-    if resume is False and (out / "checkpoint").exists():
+    if resume is False and latest_checkpoint(out) is not None:  # `.checkpoint.old` too: a kill mid-swap
         raise InputError(f"{out}: holds a run already; pass --resume to continue it or choose another --out")
     show = world.is_main and not quiet
     with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
