@@ -19,10 +19,10 @@ model: {base: tiny-agent}
 rollout: {max_new_tokens: 96, batch_size: 32}
 collect: {tasks: 32}
 select: {runs: 2, bootstrap: 50, max_selected: 1}
-synthesize: {calibration_seeds: 2, group_size: 4, max_rounds: 1}
+synthesize: {calibration_seeds: 2, group_size: 4, max_rounds: 1, bands: {min_reward_std: 2.0}}
 train: {num_generations: 4, groups_per_step: 2, max_steps: 2, eval_steps: 2, eval_episodes: 2, max_resample_tries: 1,
         learning_rate: 0.002, lora: {r: 4, lora_alpha: 8}}
-train_rejected: true      # two calibration seeds rarely land in the band; the report marks what it rejected
+train_rejected: true      # the bands above reject every environment: train them anyway, marked in the report
 compose: {episodes_per_capability: 4, gate: {max_steps: 2}}
 baselines: {single_adapters: false}
 eval: {tasks: 8, bootstrap: 100}
@@ -63,6 +63,8 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     assert trace_budget > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
+    assert sorted(report["trained_rejected"]) == sorted(read_json(ws / "envs" / "index.json")["capabilities"])
+    assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()
     # a second run changes nothing
     assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0
     assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])

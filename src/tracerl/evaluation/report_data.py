@@ -199,6 +199,7 @@ class ReportData(BaseModel):
     capabilities: CapabilitiesFile | None = None
     calibration: dict[str, CalibrationFile] = Field(default_factory=dict)
     training: dict[str, TrainingCurve] = Field(default_factory=dict)  # capability → curve
+    trained_rejected: list[str] = Field(default_factory=list)  # adapters trained on an environment calibration rejected
     grpo_training: TrainingCurve | None = None
     evaluation: dict[str, EvalFile] = Field(default_factory=dict)  # variant → figures, display order
     composition: dict[str, Any] | None = None
@@ -229,6 +230,7 @@ class ReportData(BaseModel):
             "base_rollouts": self.base_rollouts,
             "capabilities": self.capabilities.model_dump() if self.capabilities else None,
             "calibration": {name: c.model_dump() for name, c in self.calibration.items()},
+            "trained_rejected": self.trained_rejected,
             "training": {
                 name: {"source": c.source, "final": c.final(), "rows": [r.model_dump() for r in c.rows]}
                 for name, c in self._all_curves().items()
@@ -293,6 +295,8 @@ def load_report_data(workspace: str | Path) -> ReportData:
     _read_capabilities(ws, data)
     _read_calibration(ws, data)
     _read_training(ws, data)
+    data.trained_rejected = [name for name in data.training
+                             if name in data.calibration and data.calibration[name].accepted is False]
     _read_evaluation(ws, data)
     _read_composition(ws, data)
     _read_sample_efficiency(ws, data)

@@ -279,6 +279,9 @@ def _capability_row(c: CapabilityRecord) -> str:
             f'<td class="num">{c.runs_passed} / {c.runs_total}</td><td>{flag}</td><td class="desc">{examples}</td></tr>')
 
 
+TRAINED_REJECTED = '<span class="badge warn">rejected by calibration, trained anyway</span>'
+
+
 def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
     head = ('<section id="calibration"><h2>Training environments</h2><p class="note">The base agent sampled on '
             "each synthesized environment at its calibrated difficulty. Groups: share of seeds where every sample "
@@ -293,6 +296,8 @@ def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
     for name, c in data.calibration.items():
         accepted = ("—" if c.accepted is None else
                     '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>')
+        if name in data.trained_rejected:
+            accepted += f" {TRAINED_REJECTED}"
         groups = " / ".join("—" if x is None else f"{x * 100:.0f}%" for x in (c.all_success, c.all_zero, c.informative))
         cells = [f'<td class="nowrap">{_round_path(c)}</td>', _num(c.mean_reward), _num(c.success_rate),
                  _num(c.reward_std), f'<td class="num">{groups}</td>'] + [_num(c.pass_at_k.get(str(k))) for k in ks]
@@ -319,7 +324,8 @@ def _training(data: ReportData, figures: dict[str, bytes]) -> str:
     if not curves:
         return head + "</section>"
     items = [f'<figure>{_img(figures, f"train:{c.name}", f"training curve of {c.name}")}'
-             f"<figcaption>{_curve_caption(c)}</figcaption></figure>" for c in curves]
+             f"<figcaption>{_curve_caption(c)}{' ' + TRAINED_REJECTED if c.name in data.trained_rejected else ''}"
+             "</figcaption></figure>" for c in curves]
     return head + f'<div class="grid">{"".join(items)}</div></section>'
 
 

@@ -1,0 +1,85 @@
+"""An environment calibration rejected is not trained on silently: the run stops (exit 2) naming it
+and its figures, or, with `train_rejected: true`, trains it and the report marks it.
+(The training path itself runs in test_pipeline_run.py, whose config rejects every environment.)"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracerl.cli import main
+from tracerl.config import load_run_config
+from tracerl.core.errors import InputError
+from tracerl.core.io import write_json, write_jsonl
+from tracerl.evaluation.report_data import load_report_data
+from tracerl.evaluation.report_html import render_html
+from tracerl.pipeline import Pipeline
+from tracerl.stages import fingerprint
+
+CAP = "precondition_verification"
+STATS = {"groups": 8, "group_size": 8, "mean_reward": 0.05, "success_rate": 0.0, "reward_std": 0.1,
+         "mean_group_std": 0.08, "all_success": 0.0, "all_zero": 0.75, "constant": 0.75, "informative": 0.25}
+REASONS = ["mean reward 0.050 outside [0.2, 0.6]", "success rate 0.000 outside [0.2, 0.6]",
+           "all-zero groups 0.75 > 0.2"]
+
+
+def calibration(accepted: bool) -> dict:
+    return {"accepted": accepted, "difficulty": 1, "stats": STATS,
+            "rounds": [{"difficulty": 1, "stats": STATS, "accepted": accepted, "reasons": [] if accepted else REASONS}],
+            "stop_reason": "accepted" if accepted else "too hard at difficulty 0, the end of the knob",
+            "bands": {}, "policy": "tiny-agent", "seeds": list(range(8)), "group_size": 8}
+
+
+def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: bool) -> tuple[Path, Path]:
+    """A config and a workspace whose collect, select and synthesize stages are complete."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"train_rejected: {str(train_rejected).lower()}\n")
+    ws = tmp_path / "ws"
+    write_json(ws / "envs" / "index.json", {"capabilities": [CAP], "synthesis": {}})
+    write_json(ws / "envs" / CAP / "calibration.json", calibration(accepted))
+    write_jsonl(ws / "rollouts" / "base.jsonl", [])
+    write_json(ws / "capabilities.json", {"capabilities": []})
+    for stage in Pipeline(load_run_config(config), ws).stages()[:3]:
+        write_json(ws / ".stages" / f"{stage.name}.json", {"fingerprint": fingerprint(ws, stage), "summary": {}})
+    return config, ws
+
+
+def test_a_rejected_environment_stops_the_run_naming_it_and_its_figures(tmp_path, capsys):
+    config, ws = synthesized_workspace(tmp_path, accepted=False, train_rejected=False)
+    assert main(["run", str(config), "-w", str(ws)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # after the lines of the stages that were up to date
+    assert err.startswith(f"error: {ws / 'envs' / CAP / 'calibration.json'}: ")
+    assert f"calibration rejected environment '{CAP}' at difficulty 1" in err
+    assert all(reason in err for reason in REASONS) and "train_rejected: true" in err
+    assert not (ws / "adapters").exists()
+
+
+def test_an_accepted_environment_or_the_option_passes_the_check(tmp_path):
+    """With `only`, the run stops at the first stage not done: past the check, that is the training stage."""
+    for accepted, train_rejected in ((True, False), (False, True), (False, False)):
+        config, ws = synthesized_workspace(tmp_path / f"{accepted}-{train_rejected}", accepted=accepted,
+                                           train_rejected=train_rejected)
+        with pytest.raises(InputError) as err:
+            Pipeline(load_run_config(config), ws).run(only={"report"})
+        passed = accepted or train_rejected
+        assert (f"stage 'train:{CAP}' has not run" in str(err.value)) is passed
+        assert ("calibration rejected" in str(err.value)) is not passed
+
+
+def test_the_report_marks_an_adapter_trained_on_a_rejected_environment(tmp_path):
+    ws = tmp_path / "ws"
+    for cap, accepted in ((CAP, False), ("tool_call_precision", True)):
+        write_json(ws / "envs" / cap / "calibration.json", calibration(accepted))
+        rows = [{"step": 0, "rollouts_used": 0, "eval_success": 0.0},
+                {"step": 1, "rollouts_used": 16, "reward_mean": 0.1, "eval_success": 0.0}]
+        (ws / "adapters" / cap).mkdir(parents=True)
+        (ws / "adapters" / cap / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_json(ws / "envs" / "unused" / "calibration.json", calibration(False))  # rejected, not trained: no mark
+    data = load_report_data(ws)
+    assert data.trained_rejected == [CAP] and data.summary()["trained_rejected"] == [CAP]
+    page = render_html(data, {})
+    assert page.count("rejected by calibration, trained anyway") == 2  # its calibration row and its training curve
+    calibration_section = page[page.index('id="calibration"'):page.index('id="training"')]
+    row = calibration_section[calibration_section.index(f"<b>{CAP}</b>"):]
+    assert "trained anyway" in row[:row.index("</tr>")]
