@@ -41,10 +41,13 @@ class ModelSection(Section):
 
 
 class TargetSection(Section):
-    env: str = Field("airline", description="the target environment: a registered name ('airline')")
+    env: str = Field("airline", description="the target environment: a registered name ('airline') or "
+                     "'tau2:<domain>' (τ²-bench's own domain, played live)")
     results: str | None = Field(None, description="select from these rollouts instead of collecting: a τ²-bench "
                                 "results JSON or tracerl JSONL (the later stages then need `tools`)")
     tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
+    tau2: str | None = Field(None, description="a 'tau2:<domain>' target's settings: a YAML file of its user simulator, "
+                             "judge, reward basis, … (tracerl.envs.tau2_live.Tau2Settings)")
 
 
 class CollectSection(Section):
@@ -158,7 +161,10 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
 
     config.target.results = resolve(config.target.results)
     config.target.tools = resolve(config.target.tools)
+    config.target.tau2 = resolve(config.target.tau2)
     config.select.capabilities = resolve(config.select.capabilities)
+    if config.target.tau2 is not None and not Path(config.target.tau2).exists():
+        raise InputError(f"target.tau2: no such file {config.target.tau2}", path=str(path))
     if config.target.results is not None and not Path(config.target.results).exists():
         raise InputError(f"target.results: no such file {config.target.results}", path=str(path))
     return config

@@ -191,6 +191,11 @@ class StageFunctions:
     def target_env(c: View, split: str | None) -> Callable[[], Any]:
         from tracerl.envs.registry import make_env
 
+        if c.target.env.startswith("tau2:") and c.target.tau2 is not None:
+            from tracerl.envs.tau2_live import load_tau2_settings
+
+            settings = load_tau2_settings(c.target.tau2)
+            return lambda: make_env(c.target.env, split=split, **settings)
         return lambda: make_env(c.target.env, split=split)
 
     @staticmethod

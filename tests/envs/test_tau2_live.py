@@ -88,36 +88,6 @@ def replay(env, task_id: str, actions: list[dict]) -> tuple[float, str]:
 
 
 @pytest.mark.slow
-def test_retail_gold_replays_pass_under_db_basis_and_damaged_ones_fail(tau2_python, tau2_data, served):
-    env = tau2_env("retail", tau2_python, tau2_data, served, split="base", reward_basis=["DB"], max_steps=100)
-    assert len(env.task_ids) == 114  # τ²-bench 1.0.1's retail split_tasks.json: base = 74 train + 40 test
-    kinds = {t.name: t.kind for t in env.tools}
-    assert kinds["cancel_pending_order"] == "write" and kinds["get_order_details"] == "read" and "done" in kinds
-    failures, damaged = [], []
-    start = time.perf_counter()
-    for task_id in env.task_ids:
-        messages, info = env.reset(seed=0, options={"task_id": task_id})
-        assert info["reward_basis"] == ["DB"] and info["user_simulator"]["model"] == "tiny-agent"
-        gold = info["gold_actions"]
-        reward, termination = replay(env, task_id, gold)
-        if reward != 1.0 or termination != "agent_stop":
-            failures.append((task_id, reward, termination))
-        writes = [i for i, a in enumerate(gold) if kinds.get(a["name"]) == "write"]
-        if writes and len(damaged) < 4:
-            damaged.append((task_id, gold, writes[-1]))
-    elapsed = time.perf_counter() - start
-    print(f"\nretail gold replays: {len(env.task_ids) - len(failures)}/{len(env.task_ids)} at reward 1.0 (DB), {elapsed:.0f} s")
-    assert failures == []
-    for task_id, gold, last_write in damaged:
-        dropped = gold[:last_write] + gold[last_write + 1:]
-        assert replay(env, task_id, dropped) == (0.0, "agent_stop"), task_id
-        call = gold[last_write]
-        key = next(k for k, v in call["arguments"].items() if isinstance(v, str))
-        corrupted = [*gold[:last_write], {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + "x"}}]
-        assert replay(env, task_id, corrupted)[0] == 0.0, task_id
-
-
-@pytest.mark.slow
 def test_live_mock_episodes_with_the_tiny_agent(tau2_python, tau2_data, served):
     from tracerl.envs.registry import make_policy
     from tracerl.envs.runner import Episode, rollout
@@ -167,6 +137,36 @@ def test_tau2_run_grades_what_tracerl_serve_serves(tau2_python, tau2_data, serve
         assert spoken and all(m.content or m.tool_calls for m in spoken)
 
 
+@pytest.mark.slow
+def test_retail_gold_replays_pass_under_db_basis_and_damaged_ones_fail(tau2_python, tau2_data, served):
+    env = tau2_env("retail", tau2_python, tau2_data, served, split="base", reward_basis=["DB"], max_steps=100)
+    assert len(env.task_ids) == 114  # τ²-bench 1.0.1's retail split_tasks.json: base = 74 train + 40 test
+    kinds = {t.name: t.kind for t in env.tools}
+    assert kinds["cancel_pending_order"] == "write" and kinds["get_order_details"] == "read" and "done" in kinds
+    failures, damaged = [], []
+    start = time.perf_counter()
+    for task_id in env.task_ids:
+        messages, info = env.reset(seed=0, options={"task_id": task_id})
+        assert info["reward_basis"] == ["DB"] and info["user_simulator"]["model"] == "tiny-agent"
+        gold = info["gold_actions"]
+        reward, termination = replay(env, task_id, gold)
+        if reward != 1.0 or termination != "agent_stop":
+            failures.append((task_id, reward, termination))
+        writes = [i for i, a in enumerate(gold) if kinds.get(a["name"]) == "write"]
+        if writes and len(damaged) < 4:
+            damaged.append((task_id, gold, writes[-1]))
+    elapsed = time.perf_counter() - start
+    print(f"\nretail gold replays: {len(env.task_ids) - len(failures)}/{len(env.task_ids)} at reward 1.0 (DB), {elapsed:.0f} s")
+    assert failures == []
+    for task_id, gold, last_write in damaged:
+        dropped = gold[:last_write] + gold[last_write + 1:]
+        assert replay(env, task_id, dropped) == (0.0, "agent_stop"), task_id
+        call = gold[last_write]
+        key = next(k for k, v in call["arguments"].items() if isinstance(v, str))
+        corrupted = [*gold[:last_write], {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + "x"}}]
+        assert replay(env, task_id, corrupted)[0] == 0.0, task_id
+
+
 # --- bad input: one line, before any episode ---------------------------------------------------
 
 def _free_port() -> int:
@@ -214,3 +214,14 @@ def test_cli_exits_2_with_one_line(tau2_python, tau2_data, monkeypatch, capsys):
     assert main(["collect", "--env", "tau2:nowhere", "--tasks", "1", "--out", os.devnull]) == 2
     err = capsys.readouterr().err.strip()
     assert "unknown τ²-bench domain 'nowhere'" in err and len(err.splitlines()) == 1
+
+
+def test_gpu_recipe_loads():
+    from tracerl.config import load_run_config
+    from tracerl.envs.tau2_live import load_tau2_settings
+
+    config = load_run_config(ROOT / "configs" / "tau2-retail.yaml")
+    assert config.target.env == "tau2:retail" and (config.eval.temperature, config.eval.trials) == (0.0, 1)
+    settings = load_tau2_settings(config.target.tau2)
+    assert settings["user"]["base_url"] and settings["judge"]["base_url"] and settings["reward_basis"] is None
+    assert settings["python"] == str(ROOT / ".venv-tau2" / "bin" / "python")

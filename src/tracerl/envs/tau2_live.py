@@ -324,3 +324,16 @@ def make_tau2_env(domain: str, split: str | None = None, **settings: Any) -> Tau
         where = ".".join(str(p) for p in first["loc"])
         raise InputError(f"tau2 settings: {where}: {first['msg']}") from None
     return Tau2Env(domain, split, parsed)
+
+
+def load_tau2_settings(path: str | Path) -> dict[str, Any]:
+    """A YAML file of `Tau2Settings` (a run config's `target.tau2`), checked; relative paths are the file's."""
+    from tracerl.core.config_file import load_config_file
+
+    settings = load_config_file(Tau2Settings, path)
+    here = Path(path).resolve().parent
+    for key in ("python", "data_dir"):
+        value = getattr(settings, key)
+        if value and os.sep in value and not Path(value).is_absolute():
+            setattr(settings, key, os.path.normpath(here / value))
+    return settings.model_dump()
