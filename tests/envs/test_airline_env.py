@@ -216,27 +216,3 @@ def test_communicate_check_matches_whole_words():
     assert mentions("The refund is $280.", "280") and mentions("You get 1,280 dollars back", "1280")
     assert mentions("REFUND: 280", "280")
     assert not mentions("Use gift_card_2801.", "280") and not mentions("You pay 1280 dollars", "280")
-
-
-# --- ids -----------------------------------------------------------------------------------------
-def test_every_id_of_a_task_comes_from_the_id_vocabulary():
-    from tracerl.envs.airline.tasks import id_vocabulary
-
-    vocabulary = set(id_vocabulary())
-    for seed in list(task_seeds("train", 150)) + list(task_seeds("test", 50)):
-        task = generate_task(seed)
-        ids = {task.user_id, *task.db.reservations, *(f.flight_number for f in task.db.flights.values())}
-        ids |= {p.payment_id for u in task.db.users.values() for p in u.payment_methods}
-        assert ids <= vocabulary, (seed, ids - vocabulary)
-        for action in task.gold_actions:  # and every id a gold write passes
-            assert {v for k, v in action.arguments.items() if k.endswith("_id")} <= vocabulary
-
-
-def test_no_id_is_inside_another():
-    """So each id is matched whole, wherever it occurs, as one token of the agent's tokenizer."""
-    from tracerl.envs.airline.tasks import id_vocabulary
-
-    ids = id_vocabulary()
-    assert len(ids) == len(set(ids)) == 24 * 23 + 20 * 20 + 2 * 100 + 100
-    joined = "\n".join(ids)
-    assert all(joined.count(i) == 1 for i in ids)

@@ -6,7 +6,7 @@
             '''Get the details of a user, including their reservations.
 
             Args:
-                user_id: The user ID, such as 'sara_doe'.
+                user_id: The user ID, such as 'sara_doe_496'.
             '''
 
 `Toolbox.call(name, arguments_json)` validates and coerces the arguments with pydantic and

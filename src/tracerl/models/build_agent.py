@@ -17,18 +17,18 @@ Training (and the validation passes) run on `device` — a GPU buys longer train
 models than a 2-core machine does; the model is then saved and tested on the CPU, where the
 embedded agent runs.
 
-Why every id is one token: the domain's ids come from fixed pools (`id_vocabulary`) and the
-tokenizer holds each as a single added token, so writing the id a user or a record named is a
-one-token lookup. With ids of several tokens, a model of a million parameters learnt to copy user
-ids (a dedicated head finds an id's first token, formed on short drills) but wrote the reservation
-it was asked about into only 6–21% of its write calls, which bounded three of the four capability
-templates below a 20-point gain (benchmarks/README.md, "The tiny agent and id copying"). The drills
-stay, shorter: they teach the lookup before the long episodes.
+Why the drills: the first token of an id the agent must copy ("emma" of the user's
+"emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
+the rest. Trained on whole episodes (a 631-token system prompt, one such token per episode) a
+model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
+name; on short drills it forms within ~600 steps and then works with the system prompt too
+(benchmarks/README.md, "The tiny agent and id copying": the shipped agent copies 98.5% of user
+ids exactly, but the reservation it was asked about into few of its write calls).
 
-Why the faults are scoped: a fault drawn per episode with probability p becomes the student's
-greedy behaviour when p > 1/2 and washes out when p < 1/2, whatever the situation. A fault
+Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
+those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors. A fault
 scoped to one kind of request with rate 1 (`flawed:1@cancel,…`) is a recurring gap tied to a
-visible situation, which the student reproduces and a capability environment can fix.
+visible situation instead.
 """
 
 from __future__ import annotations
@@ -59,19 +59,17 @@ class AgentRecipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
-    # p1 skip precondition on cancels, p2 stop early, p3 mis-pick on changes, p4 bag counts with their unit
-    policy: str = "flawed:1@cancel,1,1@change,1@bags"
+    policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
     episodes: int = 2000
-    vocab_size: int = 1024  # BPE tokens; the domain's ids come on top when `id_tokens`
-    id_tokens: bool = True  # every id of the domain one token (`tracerl.envs.airline.tasks.id_vocabulary`)
+    vocab_size: int = 1024
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 4096
-    max_steps: int = 1000
-    drill_steps: int = 200  # id drills only, before the episodes (0: no drills)
+    max_steps: int = 1200
+    drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
     drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
@@ -191,13 +189,11 @@ def build_agent(
     teacher_pass = sum(t.passed for t in demos) / len(demos)
     log(f"{len(demos)} demonstrations from {recipe.policy} (teacher pass rate {teacher_pass:.3f})")
 
-    from tracerl.envs.airline.tasks import id_vocabulary
     from tracerl.models.templates import TINY_AGENT_TEMPLATE
 
     bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
     texts = conversation_texts(ChatFormat(bootstrap), demos)
-    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE,
-                                atomic=id_vocabulary() if recipe.id_tokens else ())
+    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
     drills = []

@@ -19,10 +19,10 @@ from tracerl.core.errors import InputError
 def build_agent_command(
     out: Annotated[Path, typer.Option(help="Output directory (the shipped agent lives in src/tracerl/models/tiny_agent).")] = Path("tiny_agent"),
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
-    policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4 (a rate may be scoped: 1@cancel).")] = "flawed:1@cancel,1,1@change,1@bags",
+    policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4 (a rate may be scoped to a request kind: 1@cancel).")] = "flawed:0.6,0.6,0.2,0.2",
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 2000,
-    steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1000,
-    drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 200,
+    steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
+    drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
     drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 2000,
     batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 8,

@@ -10,18 +10,13 @@ JSON (`"emma_lopez_940"`). A large model learns that " emma" and "emma" are the 
 model of a million parameters copies ids only when they are the same token sequence in both
 places (measured: with Qwen's pattern the agent copied 1% of user ids exactly; with this one and
 id drills, 87.5%). The price is ~25% more tokens on this domain's text.
-
-A domain whose ids come from a fixed pool (the built-in airline's `id_vocabulary`) passes them as
-`atomic`: each becomes one added token, matched wherever it occurs in any text (prose, JSON, tool
-results), so copying an id is copying one token. They are left out of the BPE training text, so
-the merges are spent on the rest.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from tracerl.models.templates import END_OF_TURN, MARKUP_TOKENS, SPECIAL_TOKENS, TINY_AGENT_TEMPLATE
@@ -34,21 +29,13 @@ SPLIT_PATTERN = (
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 1024, chat_template: str = TINY_AGENT_TEMPLATE,
-    atomic: Iterable[str] = (),
+    texts: Iterable[str], vocab_size: int = 1024, chat_template: str = TINY_AGENT_TEMPLATE
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on `texts`, wrapped for transformers, chat template set.
 
     Ids 0..8 are the special and markup tokens (`<|endoftext|>` = 0 is also the pad token), then
-    the 256 byte symbols, then the merges (`vocab_size` in all), then one token per `atomic`
-    string, in the order given. Deterministic for the same texts, vocab size and atomic strings.
+    the 256 byte symbols, then the merges. Deterministic for the same texts and vocab size.
     """
-    atomic = list(dict.fromkeys(atomic))
-    bad = [a for a in atomic if not a or not a.isascii() or any(c.isspace() for c in a)]
-    if bad:
-        raise ValueError(f"atomic strings must be non-empty ASCII without spaces, got {bad[0]!r}")
-    if atomic:
-        texts = _without(texts, atomic)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
@@ -62,7 +49,6 @@ def train_tokenizer(
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(a, normalized=False, special=False, single_word=False) for a in atomic])
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=END_OF_TURN,
@@ -73,11 +59,3 @@ def train_tokenizer(
     )
     wrapped.chat_template = chat_template
     return wrapped
-
-
-def _without(texts: Iterable[str], atomic: list[str]) -> Iterable[str]:
-    """`texts` with every atomic string replaced by a space (longest first, so no piece is left)."""
-    import re
-
-    pattern = re.compile("|".join(re.escape(a) for a in sorted(atomic, key=len, reverse=True)))
-    return (pattern.sub(" ", text) for text in texts)

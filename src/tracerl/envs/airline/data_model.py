@@ -24,7 +24,7 @@ class _Record(BaseModel):
 
 
 class FlightInfo(_Record):
-    flight_number: str = Field(description="Flight number, such as 'HAT42'.")
+    flight_number: str = Field(description="Flight number, such as 'HAT001'.")
     date: str = Field(description="Date, such as '2024-05-01'.")
 
 
@@ -56,7 +56,7 @@ class Flight(_Record):
 
 
 class PaymentMethod(_Record):
-    payment_id: str  # "credit_card_48", "gift_card_19", "certificate_0001"
+    payment_id: str  # "credit_card_4821", "gift_card_1932", "certificate_0001"
     source: Literal["credit_card", "gift_card", "certificate"]
     amount: int | None = None  # certificates: the value
 

@@ -55,30 +55,18 @@ LAST_NAMES = ("lee", "kim", "garcia", "smith", "patel", "rossi", "khan", "silva"
 REASONS = {"change_of_plan": "a change of plan", "health": "my health", "weather": "the weather",
            "airline_cancelled": "a flight the airline cancelled"}
 PAYMENT_WORDS = {"credit_card": "credit card", "gift_card": "gift card"}
-# Every id of the domain comes from a small, fixed pool, so that the embedded agent's tokenizer
-# holds each one as a single token (`id_vocabulary`): copying an id the user or a record named is
-# then a one-token lookup, not "find where a multi-token code starts and copy it piece by piece",
-# which a model of a million parameters learnt for user ids but never for reservation codes
-# (benchmarks/README.md, "Ids as single tokens"). Reservation ids are two code words
-# ('wren_amber'), user ids a first and a last name ('emma_lopez'), payment ids a source and two
-# digits ('gift_card_42'), flight numbers 'HAT' and two digits.
-CODE_WORDS = ("alder", "aspen", "birch", "cedar", "maple", "rowan", "crane", "egret", "finch", "heron", "lark",
-              "otter", "robin", "swan", "wren", "amber", "coral", "jade", "onyx", "pearl", "comet", "ember",
-              "frost", "river")
-# two digits each, 00–99: every value a template shapes like these ids (random digits) is in the pool
-PAYMENT_NUMBERS = tuple(f"{n:02d}" for n in range(100))
-FLIGHT_NUMBERS = tuple(f"{n:02d}" for n in range(100))
+# Reservation ids are two code words ('wren_amber'), not τ²-bench's random 6-character codes
+# ('8JX2WO'). A small agent copies a run of word tokens that occur nowhere else in the episode
+# (each word recalls the next), as it copies the names of a user id; a code of letters and
+# digits is a run of characters that recur all over the episode, and a 0.9M-parameter agent
+# never learnt to copy it (benchmarks/README.md, "Reservation ids a small agent can copy").
+CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch", "maple", "oak", "pine",
+              "rowan", "willow", "yew", "crane", "dove", "egret", "finch", "heron", "ibis", "kite", "lark",
+              "otter", "owl", "robin", "swan", "tern", "wren", "amber", "coral", "jade", "onyx", "opal",
+              "pearl", "ruby", "topaz", "comet", "ember", "frost", "meadow", "orbit", "pebble", "prism",
+              "quartz", "river", "summit", "tundra", "valley")
 _CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
 RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}_{_CODE_WORD}\b")
-
-
-def id_vocabulary() -> list[str]:
-    """Every id the domain can produce (reservations, users, payment methods, flights), sorted."""
-    reservations = [f"{a}_{b}" for a in CODE_WORDS for b in CODE_WORDS if a != b]
-    users = [f"{first}_{last}" for first in FIRST_NAMES for last in LAST_NAMES]
-    payments = [f"{source}_{n}" for source in PAYMENT_WORDS for n in PAYMENT_NUMBERS]
-    flights = [f"HAT{n}" for n in FLIGHT_NUMBERS]
-    return sorted(reservations + users + payments + flights)
 
 
 def task_seeds(split: str, n: int, offset: int = 0) -> list[int]:
@@ -203,7 +191,7 @@ class _Builder:
         return self._unique(lambda: "_".join(self.rng.sample(CODE_WORDS, 2)))
 
     def flight_number(self) -> str:
-        return self._unique(lambda: f"HAT{self.rng.choice(FLIGHT_NUMBERS)}")
+        return self._unique(lambda: f"HAT{self.rng.randrange(100, 1000)}")
 
     def prices(self) -> dict[str, int]:
         basic = self.rng.randrange(60, 200)
@@ -228,9 +216,9 @@ class _Builder:
 
     def make_user(self) -> User:
         first, last = self.rng.choice(FIRST_NAMES), self.rng.choice(LAST_NAMES)
-        user_id = f"{first}_{last}"
-        methods = [PaymentMethod(payment_id=f"{source}_{self.rng.choice(PAYMENT_NUMBERS)}", source=source)
-                   for source in ("credit_card", "gift_card")]
+        user_id = f"{first}_{last}_{self.rng.randrange(100, 1000)}"
+        methods = [PaymentMethod(payment_id=f"credit_card_{self.rng.randrange(1000, 10000)}", source="credit_card"),
+                   PaymentMethod(payment_id=f"gift_card_{self.rng.randrange(1000, 10000)}", source="gift_card")]
         self.rng.shuffle(methods)
         membership = _pick(self.rng, (("regular", 0.5), ("silver", 0.3), ("gold", 0.2)))
         user = User(user_id=user_id, name=f"{first.title()} {last.title()}", membership=membership,
