@@ -83,13 +83,13 @@ class Pipeline:
     def stages(self) -> list[Stage]:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
         cfg = self.cfg
-        outside = [p for p in (cfg.target.results, cfg.target.tools) if p is not None]  # files read from outside
+        target_files = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
         caps = self.built_envs()
         out: list[Stage] = [
-            self.stage("collect", outside, ["rollouts/base.jsonl"]),
+            self.stage("collect", target_files, ["rollouts/base.jsonl"]),
             self.stage("select", ["rollouts/base.jsonl"] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
                        ["capabilities.json"]),
-            self.stage("synthesize", ["capabilities.json"] + outside, ["envs/index.json"] + [f"envs/{c}" for c in caps]),
+            self.stage("synthesize", ["capabilities.json"] + target_files, ["envs/index.json"] + [f"envs/{c}" for c in caps]),
         ]
         if cfg.target.results is not None:
             return out  # an imported target: selection and synthesis only (no simulator to train or evaluate on)
@@ -101,11 +101,11 @@ class Pipeline:
                               [f"{COMPOSED_DIRS[m]}/composition.json" for m in cfg.compose.modes]
                               + ["gate_data/summary.json"]))
         if cfg.baselines.grpo_target:
-            out.append(self.stage("grpo_target", adapters + ["gate_data/summary.json"],
+            out.append(self.stage("grpo_target", adapters + ["gate_data/summary.json"] + target_files,
                                   ["baselines/grpo_target/adapter_model.safetensors",
                                    "baselines/grpo_target/metrics.jsonl"]))
         for variant, inputs in self.variants().items():
-            out.append(self.stage(f"eval:{variant}", inputs, [f"eval/{_stem(variant)}.json"], variant))
+            out.append(self.stage(f"eval:{variant}", inputs + target_files, [f"eval/{_stem(variant)}.json"], variant))
         metrics = [f"adapters/{c}/metrics.jsonl" for c in caps] + ["baselines/grpo_target/metrics.jsonl"]
         out.append(self.stage("report", ["config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "eval",
                                          "gate_data/summary.json"] + metrics

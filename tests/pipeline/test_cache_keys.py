@@ -211,3 +211,16 @@ def test_the_original_stale_cache_case_max_new_tokens_reruns_collect(built, tmp_
     shutil.copytree(ws, copy)
     new = config.model_copy(update={"rollout": config.rollout.model_copy(update={"max_new_tokens": 32})})
     assert {"collect", "synthesize", "compose", "eval:base"} <= rerun(copy, new)
+
+
+def test_a_file_outside_the_workspace_is_keyed_by_its_content(tmp_path):
+    """A capabilities file (or a target's tools/results/settings file) changed in place reruns its readers."""
+    extra = tmp_path / "extra_capabilities.yaml"
+    extra.write_text("- name: one\n")
+    config = RunConfig.model_validate({**CONFIG, "select": {"capabilities": str(extra)}})
+    ws = tmp_path / "ws"
+    build_workspace(ws, config)
+    extra.write_text("- name: two\n")
+    stages = Pipeline(config, ws).stages()
+    assert rerun(ws, config) == downstream(stages, {"select"}) | {"report"}
+    assert "collect" not in downstream(stages, {"select"})
