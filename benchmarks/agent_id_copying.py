@@ -108,6 +108,7 @@ def named_ids(trajectories) -> dict[str, dict[str, float | int]]:
     for t in trajectories:
         task = generate_task(t.seed)
         requested = {s.reservation_id: s for s in task.subtasks}
+        kinds = {tool.name: tool.kind for tool in t.tools}
         for m in t.messages:
             for call in (m.tool_calls or []) if m.role == "assistant" else []:
                 args = call.parsed_arguments() or {}
@@ -115,7 +116,7 @@ def named_ids(trajectories) -> dict[str, dict[str, float | int]]:
                 if not ids:
                     continue
                 right = _named(task, requested, call.function.name, ids)
-                kind = "writes" if call.function.name in WRITE_KINDS else "reads"
+                kind = {"read": "reads", "write": "writes"}.get(kinds.get(call.function.name, ""), "unknown tools")
                 for key in (call.function.name, kind):
                     counts[key][0] += 1
                     counts[key][1] += right
