@@ -160,7 +160,7 @@ def test_context_overflow_and_eager_attention(toy, tokenizer):
     assert_same_records(run("continuous"), run("lockstep"))
 
 
-def test_lockstep_where_continuous_does_not_apply(tokenizer, model):
+def test_lockstep_where_continuous_does_not_apply(toy, tokenizer, model):
     assert isinstance(LocalPolicy(model, tokenizer).turns(8), PolicyTurns)
     assert LocalPolicy(model, tokenizer, engine="lockstep").turns(8) is None
 
@@ -170,3 +170,8 @@ def test_lockstep_where_continuous_does_not_apply(tokenizer, model):
 
     assert OwnAct(model, tokenizer).turns(8) is None
     assert LocalPolicy(model, tokenizer, max_batch_size=3).turns(8).max_rows == 3
+    windowed = toy.make_model(tokenizer)
+    windowed.config.layer_types = ["full_attention", "sliding_attention"]  # one 4D mask cannot serve both
+    assert not supports_continuous(windowed) and LocalPolicy(windowed, tokenizer).turns(8) is None
+    windowed.config.layer_types = ["full_attention", "full_attention"]
+    assert supports_continuous(windowed)

@@ -44,10 +44,14 @@ PREFILL_TOKENS = 16384  # padded tokens per prefill forward; more rows wait for 
 
 
 def supports_continuous(model: torch.nn.Module) -> bool:
-    """Whether `model`'s attention takes a custom 4D mask and a cache object through `update`."""
+    """Whether `model`'s attention takes a custom 4D mask and a cache object through `update`: full
+    attention in every layer (one mask serves all; a sliding-window or linear-attention layer would
+    be given the full mask), sdpa or eager, not a composed model."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(inner, "config", None)
     if config is None or getattr(inner, "tracerl_composition", None) is not None:
+        return False
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []) or getattr(config, "use_sliding_window", False):
         return False
     return getattr(config, "_attn_implementation", None) in ("sdpa", "eager")
 

@@ -22,7 +22,7 @@ Engines: `engine="continuous"` (the default) lets `tracerl.envs.runner.rollout` 
 episodes through one running batch (`tracerl.models.continuous`: a turn leaves the batch when it
 ends, the episode's next turn joins when the environment has answered; a preallocated KV cache per
 episode; the shared prompt prefix run once). Records and seeds are those of `act`. Models it
-cannot serve (flash attention, composed models) and subclasses that change `act` or
+cannot serve (flash attention, sliding-window layers, composed models) and subclasses that change `act` or
 `generate_requests` use `act` in lockstep, as does `engine="lockstep"`.
 
 Sampling: temperature (0 = greedy), top-p, `max_new_tokens`, one `torch.Generator` per session
