@@ -294,11 +294,14 @@ def main() -> None:
     for line in sys.stdin:
         if not line.strip():
             continue
+        req: dict[str, Any] = {}
         try:
-            answer = {"ok": True, **handle(json.loads(line), episodes)}
+            req = json.loads(line)
+            answer = {"ok": True, **handle(req, episodes)}
         except Exception as e:
             traceback.print_exc(file=sys.stderr)
             answer = {"ok": False, "error": f"{type(e).__name__}: {e}".splitlines()[0][:1000]}
+        answer["id"] = req.get("id") if isinstance(req, dict) else None
         PROTOCOL.write(json.dumps(answer, ensure_ascii=False) + "\n")
         PROTOCOL.flush()
 

@@ -100,6 +100,7 @@ class Bridge:
             raise InputError(f"cannot run τ²-bench's Python '{python}' ({e.strerror}); {INSTALL_HINT}") from None
         self.python = python
         self._lock = threading.Lock()
+        self._count = 0
         self.domains: dict[str, dict[str, Any]] = {}
 
     def request(self, op: str, **payload: Any) -> dict[str, Any]:
@@ -107,12 +108,16 @@ class Bridge:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"τ²-bench's process ended (exit {self.proc.returncode}); log: {self.log_path}")
             assert self.proc.stdin and self.proc.stdout
-            self.proc.stdin.write(json.dumps({"op": op, **payload}, ensure_ascii=False) + "\n")
+            self._count += 1
+            self.proc.stdin.write(json.dumps({"op": op, "id": self._count, **payload}, ensure_ascii=False) + "\n")
             self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"τ²-bench's process ended without an answer; log: {self.log_path}")
-        answer = json.loads(line)
+            while True:  # skip answers to requests abandoned mid-way (an interrupt, a timeout)
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"τ²-bench's process ended without an answer; log: {self.log_path}")
+                answer = json.loads(line)
+                if answer.pop("id", None) == self._count:
+                    break
         if not answer.pop("ok"):
             raise Tau2Error(answer["error"])
         return answer
