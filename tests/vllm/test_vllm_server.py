@@ -17,8 +17,6 @@ from vllm_servers import free_port, start_server, tracerl
 
 pytestmark = pytest.mark.slow
 
-# Settings under which the tiny agent's airline groups are informative at temperature 1.0 (measured
-# 2026-12-01: both steps of seed 0 trained on ≥ 1 group).
 TRAIN = {"num_generations": 8, "groups_per_step": 2, "max_steps": 2, "learning_rate": 0.002, "eval_episodes": 4,
          "eval_steps": 2, "max_resample_tries": 3, "per_device_train_batch_size": 8, "seed": 0,
          "rollout": {"temperature": 1.0, "max_new_tokens": 96, "batch_size": 16},
@@ -106,11 +104,25 @@ def test_collect_greedy_matches_the_local_model(vllm_server, tmp_path):
         assert len(tokens["ids"]) == len(tokens["mask"]) == len(tokens["logprobs"]) and sum(tokens["mask"]) > 0
 
 
+def precondition_env(root: Path) -> Path:
+    """The precondition_verification template on the airline target, difficulty 0: its reward gives
+    partial credit (read, decision, outcome), so a group of 8 samples is rarely constant. The
+    airline target's own reward is pass/fail, and with 2 groups of 8 both steps' groups were all
+    constant (0 informative groups, 2026-12-01)."""
+    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.synthesis.target import load_target
+
+    cap = "precondition_verification"
+    return write_env_dir(root / cap, EnvSpec(capability=cap, template=cap, target="airline", difficulty=0),
+                         load_target("airline"))
+
+
 def test_train_two_informative_steps_then_evaluate(vllm_server, tmp_path):
     """`tracerl train --server`: 2 GRPO steps that update, served = trained at every swap, then eval on the server."""
     before = loads(vllm_server)
     run = tmp_path / "run"
-    result = tracerl("train", "--env", "airline", "--server", vllm_server.url, "--out", str(run),
+    env = precondition_env(tmp_path / "envs")
+    result = tracerl("train", "--env", str(env), "--server", vllm_server.url, "--out", str(run),
                      "--config", str(write_config(tmp_path / "c.yaml")), "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
