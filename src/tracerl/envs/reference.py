@@ -43,10 +43,10 @@ from typing import Any
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.envs.airline.env import mentions
-from tracerl.envs.airline.tasks import AirlineTask, SubTask
-from tracerl.envs.airline.tasks import SubTaskKind
+from tracerl.envs.airline.tasks import AirlineTask, SubTask, SubTaskKind
 
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
+SUBTASK_KINDS = SubTaskKind.__args__  # what a fault may be scoped to
 GREETING = "Hello! Please tell me your user id."
 CLOSING = "All your requests are handled. Is there anything else?"
 ANYTHING_ELSE = " Is there anything else?"
@@ -223,9 +223,6 @@ def _typo(value: str, known: set[str], rng: random.Random) -> str:
         new = value[:i] + rng.choice(pool.replace(value[i], "")) + value[i + 1:]
         if new not in known:
             return new
-
-
-SUBTASK_KINDS = SubTaskKind.__args__
 
 
 def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAirlinePolicy:
