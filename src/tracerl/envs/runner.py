@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracerl.core.messages import Message
 from tracerl.core.policy import Policy, Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env
@@ -58,18 +59,22 @@ def rollout(
             replies = policy.act([sessions[i] for i in active])
             still = []
             for i, reply in zip(active, replies, strict=True):
-                session = sessions[i]
-                session.messages.append(reply)
-                new, reward, terminated, truncated, step_info = envs[i].step(reply)
-                session.messages.extend(new)
-                if terminated or truncated:
-                    results[i] = _trajectory(envs[i], episodes[i], session, reward, step_info)
+                results[i] = _advance(envs[i], episodes[i], sessions[i], reply)
+                if results[i] is not None:
                     if on_done is not None:
                         on_done(results[i])
                 else:
                     still.append(i)
             active = still
     return [r for r in results if r is not None]
+
+
+def _advance(env: Env, episode: Episode, session: Session, reply: Message) -> Trajectory | None:
+    """Play the policy's reply in the environment; the finished trajectory when the episode ended."""
+    session.messages.append(reply)
+    new, reward, terminated, truncated, step_info = env.step(reply)
+    session.messages.extend(new)
+    return _trajectory(env, episode, session, reward, step_info) if terminated or truncated else None
 
 
 def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Sequence[Episode],
@@ -92,18 +97,14 @@ def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Seque
         if not turns.busy:
             raise RuntimeError("a live episode has no turn queued")
         for i, reply in turns.step():
-            session = sessions[i]
-            session.messages.append(reply)
-            new, reward, terminated, truncated, step_info = envs[i].step(reply)
-            session.messages.extend(new)
-            if terminated or truncated:
-                results[i] = _trajectory(envs[i], episodes[i], session, reward, step_info)
+            results[i] = _advance(envs[i], episodes[i], sessions[i], reply)
+            if results[i] is not None:
                 turns.release(i)
                 del envs[i], sessions[i]
                 if on_done is not None:
                     on_done(results[i])
             else:
-                turns.submit(i, session)
+                turns.submit(i, sessions[i])
         admit()
     return [r for r in results if r is not None]
 

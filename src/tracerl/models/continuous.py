@@ -36,7 +36,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from tracerl.models.generation import (
-    GenerationRequest, GenerationResult, LogprobsMode, _cache_layers, _forward_signature, _sample_rows, shared_prefix_length,
+    GenerationRequest, GenerationResult, LogprobsMode, _cache_layers, _forward_signature, _sample_rows, record_token, shared_prefix_length,
 )
 
 MIN_CAPACITY = 256
@@ -326,20 +326,11 @@ class ContinuousSampler:
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> list[_Row]:
         sampled = _sample_rows(logits, [r.request for r in rows], self.logprobs_mode)
         ended = []
-        for row, (token, logprob, top) in zip(rows, sampled, strict=True):
-            req, res = row.request, row.result
-            res.token_ids.append(token)
-            res.logprobs.append(logprob)
-            if req.top_logprobs:
-                res.top_logprobs.append(top)
-            if token in req.stop_ids:
-                res.finish_reason = "stop"
-            elif len(res.token_ids) >= req.max_new_tokens:
-                res.finish_reason = "length"
-            else:
+        for row, drawn in zip(rows, sampled, strict=True):
+            if record_token(row.request, row.result, *drawn):
                 self.running.append(row)
-                continue
-            ended.append(row)
+            else:
+                ended.append(row)
         return ended
 
 

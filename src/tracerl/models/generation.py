@@ -151,22 +151,12 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
         keep = []
         sampled = _sample_rows(logits, [requests[i] for i in alive], logprobs_mode)
         for row, i in enumerate(alive):
-            req, res = requests[i], results[i]
-            token, logprob, top = sampled[row]
-            res.token_ids.append(token)
-            res.logprobs.append(logprob)
-            if req.top_logprobs:
-                res.top_logprobs.append(top)
-            if token in req.stop_ids:
-                res.finish_reason = "stop"
-            elif len(res.token_ids) >= req.max_new_tokens:
-                res.finish_reason = "length"
-            else:
+            if record_token(requests[i], results[i], *sampled[row]):
                 keep.append(row)
-                tokens.append(token)
+                tokens.append(sampled[row][0])
                 continue
-            if req.keep_cache:  # the KV of prompt + generated[:-1], for the row's next turn
-                res.past = _row_past(cache, row, attention[row])
+            if requests[i].keep_cache:  # the KV of prompt + generated[:-1], for the row's next turn
+                results[i].past = _row_past(cache, row, attention[row])
         if not keep:
             break
         next_tokens = torch.tensor(tokens, dtype=torch.long, device=device).unsqueeze(1)
@@ -238,6 +228,22 @@ def shared_prefix_length(prompts: list[list[int]], minimum: int = 32) -> int:
             k += 1
         n = k
     return n if n >= minimum else 0
+
+
+def record_token(req: GenerationRequest, res: GenerationResult, token: int, logprob: float, top: Any) -> bool:
+    """Append a sampled token to a request's result; set its finish reason and return False when the
+    turn ends (a stop token, or `max_new_tokens` reached)."""
+    res.token_ids.append(token)
+    res.logprobs.append(logprob)
+    if req.top_logprobs:
+        res.top_logprobs.append(top)
+    if token in req.stop_ids:
+        res.finish_reason = "stop"
+    elif len(res.token_ids) >= req.max_new_tokens:
+        res.finish_reason = "length"
+    else:
+        return True
+    return False
 
 
 def _sample_rows(logits: torch.Tensor, reqs: list[GenerationRequest], mode: LogprobsMode) -> list[tuple[int, float, list[tuple[int, float]]]]:
