@@ -2,8 +2,8 @@
 
 They need a Python ≥ 3.12 with τ²-bench (scripts/test.sh builds `.venv-tau2` from ../shared/tau2-bench
 and sets TRACERL_REQUIRE_TAU2=1, which turns a missing τ²-bench into a failure instead of a skip)
-and τ²-bench's data: its domains from the τ²-bench source, the user simulator's guidelines from
-tests/data/tau2/user_simulator (the source copy here lacks them). The user simulator (and, for
+and τ²-bench's data: its mock and retail domains and the user simulator's guidelines, copied into
+tests/data/tau2 (PROVENANCE.md there). The user simulator (and, for
 `tau2 run`, the agent) is the tiny agent served on loopback by `tracerl serve`'s server.
 """
 
@@ -23,8 +23,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.messages import Message, ToolCall
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = Path(os.environ.get("TRACERL_TAU2_SOURCE") or ROOT.parent / "shared" / "tau2-bench")
-GUIDELINES = ROOT / "tests" / "data" / "tau2" / "user_simulator"
+DATA = ROOT / "tests" / "data" / "tau2"  # τ²-bench's mock and retail domains and user-simulator guidelines
 STOPS = {"user_stop", "agent_stop", "max_steps", "too_many_errors", "agent_error", "user_error", "infrastructure_error"}
 
 pytestmark = pytest.mark.timeout(1800)
@@ -46,15 +45,14 @@ def tau2_python() -> str:
 
 @pytest.fixture(scope="module")
 def tau2_data(tmp_path_factory) -> str:
-    """A τ²-bench data folder: the mock and retail domains of the source, the user simulator's guidelines."""
-    domains = SOURCE / "data" / "tau2" / "domains"
-    if not (domains / "retail" / "db.json").exists():
-        _missing(f"no τ²-bench data at {domains}")
+    """A τ²-bench data folder (outside the repository, since τ²-bench may write beside its data): links to
+    the mock and retail domains and the user simulator's guidelines in tests/data/tau2."""
+    domains = DATA / "domains"
     root = tmp_path_factory.mktemp("tau2-data")
     (root / "tau2" / "domains").mkdir(parents=True)
     for name in ("mock", "retail"):
         (root / "tau2" / "domains" / name).symlink_to(domains / name, target_is_directory=True)
-    (root / "tau2" / "user_simulator").symlink_to(GUIDELINES, target_is_directory=True)
+    (root / "tau2" / "user_simulator").symlink_to(DATA / "user_simulator", target_is_directory=True)
     return str(root)
 
 
