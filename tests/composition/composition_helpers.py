@@ -59,3 +59,13 @@ def toy_tokenizer():
 
     texts = ["cancel my reservation please", "look up the order status", "which specialist should handle this"] * 20
     return train_tokenizer(texts, vocab_size=300)
+
+
+def two_adapters(tmp_path_factory):
+    """(base, toy tokenizer, [alpha dir, beta dir]): a tiny base and two adapters of different ranks and targets."""
+    tokenizer = toy_tokenizer()
+    base = tiny_model(seed=0, vocab=len(tokenizer))
+    root = tmp_path_factory.mktemp("adapters")
+    dirs = [make_adapter(base, root / "alpha", seed=1),
+            make_adapter(base, root / "beta", seed=2, r=2, alpha=3.0, targets=["q_proj", "down_proj"])]
+    return base, tokenizer, dirs

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from composition_helpers import make_adapter, tiny_model, toy_tokenizer
+from composition_helpers import two_adapters
 from peft import PeftModel
 from safetensors.torch import load_file
 
@@ -24,11 +24,7 @@ CAPS = [Capability(name="alpha", description="cancels reservations"), Capability
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    tokenizer = toy_tokenizer()
-    base = tiny_model(seed=0, vocab=len(tokenizer))
-    root = tmp_path_factory.mktemp("adapters")
-    dirs = [make_adapter(base, root / "alpha", seed=1), make_adapter(base, root / "beta", seed=2, r=2, alpha=3.0, targets=["q_proj", "down_proj"])]
-    return base, tokenizer, dirs
+    return two_adapters(tmp_path_factory)
 
 
 def conversation(text):

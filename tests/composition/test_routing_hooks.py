@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 import torch
-from composition_helpers import make_adapter, tiny_model, toy_tokenizer
+from composition_helpers import two_adapters
 from torch.nn.modules import module as torch_module
 
 from tracerl.composition.adapters import load_adapter
@@ -27,10 +27,7 @@ CACHE_METHODS = ("batch_select_indices", "batch_repeat_interleave", "update", "g
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    tokenizer = toy_tokenizer()
-    base = tiny_model(seed=0, vocab=len(tokenizer))
-    root = tmp_path_factory.mktemp("adapters")
-    dirs = [make_adapter(base, root / "alpha", seed=1), make_adapter(base, root / "beta", seed=2, r=2, alpha=3.0, targets=["q_proj", "down_proj"])]
+    base, tokenizer, dirs = two_adapters(tmp_path_factory)
     return base, tokenizer, [load_adapter(d) for d in dirs]
 
 
