@@ -257,18 +257,13 @@ def handle(req: dict[str, Any], episodes: dict[str, Episode]) -> dict[str, Any]:
                 "data_dir": str(DATA_DIR), "domains": sorted(registry.get_domains())}
     if op == "domain":
         return domain_info(req)
-    if op == "reset":
-        episode = Episode(req)
-        episodes[req["episode"]] = episode
-        episode.advance()
-        out = {"messages": episode.observation(), "done": episode.orch.done}
-        if episode.orch.done:
-            out.update(episode.finish())
-            episodes.pop(req["episode"], None)
-        return out
-    if op == "step":
-        episode = episodes[req["episode"]]
-        episode.act(req["message"])
+    if op in ("reset", "step"):
+        if op == "reset":
+            episode = episodes[req["episode"]] = Episode(req)
+            episode.advance()
+        else:
+            episode = episodes[req["episode"]]
+            episode.act(req["message"])
         out = {"messages": episode.observation(), "done": episode.orch.done}
         if episode.orch.done:
             out.update(episode.finish())
