@@ -157,7 +157,7 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     here = Path(path).resolve().parent
 
     def resolve(value: str | None) -> str | None:
-        return None if value is None or Path(value).is_absolute() else str((here / value).resolve())
+        return value if value is None or Path(value).is_absolute() else str((here / value).resolve())
 
     config.target.results = resolve(config.target.results)
     config.target.tools = resolve(config.target.tools)

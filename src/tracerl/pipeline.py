@@ -235,13 +235,11 @@ class StageFunctions:
 
             trajectories = load_rollouts(c.target.results, tools=c.target.tools)
         else:
-            from tracerl.envs.airline import task_seeds
-
+            make_env = self.target_env(c, "train")
+            seeds = target_seeds(make_env, "train", c.collect.tasks)
             policy = self.policy(c, temperature=c.collect.temperature, seed=c.seed)
-            seeds = list(task_seeds("train", c.collect.tasks))
             with _progress(self.console, "collect", len(seeds)) as bar:
-                trajectories = play(self.target_env(c, "train"), policy, seeds, batch_size=c.rollout.batch_size,
-                                    on_done=bar.advance)
+                trajectories = play(make_env, policy, seeds, batch_size=c.rollout.batch_size, on_done=bar.advance)
         write_jsonl(self.path("rollouts/base.jsonl"), trajectories)
         passed = sum(t.passed for t in trajectories)
         return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
@@ -318,11 +316,16 @@ class StageFunctions:
         return self._train_adapter(c, self.path(f"envs/{capability}"), self.path(f"adapters/{capability}"),
                                    label=capability, env_source=f"envs/{capability}")
 
-    def _train_adapter(self, c: View, env: Path | str, out: Path, *, label: str, env_source: str,
-                       max_rollouts: int | None = None) -> dict[str, Any]:
+    def _train_adapter(self, c: View, env: Path | Callable[[], Any], out: Path, *, label: str, env_source: str,
+                       max_rollouts: int | None = None, eval_env: Callable[[], Any] | None = None) -> dict[str, Any]:
+        """Train one adapter on a synthesized environment's directory, or on a target's split
+        (`env` a factory; `eval_env` its held-out split)."""
         from tracerl.training.run import build_trainer, resolve_env
 
-        make_env, _name, defaults = resolve_env(env)
+        if isinstance(env, Path):
+            make_env, _name, defaults = resolve_env(env)
+        else:
+            make_env, defaults = env, {}
         cfg = train_config(c.train, c.rollout)
         updates: dict[str, Any] = {}
         if "hint_fraction" not in cfg.model_fields_set and defaults.get("hint_fraction"):
@@ -340,7 +343,7 @@ class StageFunctions:
             if not resume and out.exists():
                 shutil.rmtree(out)  # a finished or stale run of other settings: start over
             trainer = build_trainer(cfg, c.model.base, make_env, out, env_source=env_source,
-                                    server_url=c.model.server_url, on_step=on_step)
+                                    server_url=c.model.server_url, on_step=on_step, make_eval_env=eval_env)
             rows = trainer.train(resume=resume)
         evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
         return {"rollouts_used": rows[-1]["rollouts_used"] if rows else 0,
@@ -398,11 +401,10 @@ class StageFunctions:
 
     def grpo_target(self, c: View) -> dict[str, Any]:
         budget = self.trace_rollouts()
-        return self._train_adapter(c, c.target.env, self.path("baselines/grpo_target"), label="grpo_target",
-                                   env_source=c.target.env, max_rollouts=budget)
+        return self._train_adapter(c, self.target_env(c, "train"), self.path("baselines/grpo_target"), label="grpo_target",
+                                   env_source=c.target.env, max_rollouts=budget, eval_env=self.target_env(c, "test"))
 
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
-        from tracerl.envs.airline import task_seeds
         from tracerl.evaluation.evaluate import WithSystemNote, capability_note, summarize_variant
 
         cfg = c.eval
@@ -430,9 +432,10 @@ class StageFunctions:
             policy = self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters)
             if variant == "prompt_capabilities":
                 policy = WithSystemNote(policy, capability_note(self.selected()))
-        seeds = list(task_seeds("test", cfg.tasks))
+        make_env = self.target_env(c, "test")
+        seeds = target_seeds(make_env, "test", cfg.tasks)
         with _progress(self.console, f"eval {variant}", len(seeds) * cfg.trials) as bar:
-            trajectories = play(self.target_env(c, "test"), policy, seeds, trials=cfg.trials, adapter=adapter,
+            trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
                                 batch_size=c.rollout.batch_size, on_done=bar.advance)
         base_path = self.path("eval/base.json")
         base = read_json(base_path) if variant != "base" and base_path.exists() else None
@@ -448,6 +451,14 @@ class StageFunctions:
 
         report = build_report(self.ws)
         return {"html": str(report.html_path)}
+
+
+def target_seeds(make_env: Callable[[], Any], split: str, n: int) -> list[int]:
+    """The first `n` tasks of the target's split, as the target numbers them (`Env.task_seeds`)."""
+    try:
+        return make_env().task_seeds(n)
+    except ValueError as e:
+        raise InputError(f"target, split '{split}': {e}") from None
 
 
 def _llm_config(c: View):

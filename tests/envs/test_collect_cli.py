@@ -38,9 +38,11 @@ def test_same_seed_gives_byte_identical_files(tmp_path, capsys):
     (["--policy", "bogus"], "unknown policy 'bogus'"),
     (["--policy", "flawed:0.2,1.2"], "p2 = 1.2 is outside [0, 1]"),
     (["--policy", "flawed:a,b"], "must be numbers"),
-    (["--split", "dev"], "--split must be one of train, test"),
+    (["--split", "dev"], "unknown split 'dev' (expected one of train, test)"),
     (["--tasks", "0"], "--tasks must be at least 1"),
-    (["--offset", "99999", "--split", "train", "--tasks", "5"], "exceeds"),
+    (["--offset", "99999", "--split", "train", "--tasks", "5"], "split 'train' has 100000 tasks; asked for 5 from offset 99999"),
+    (["--tau2-results", "r.json"], "--tau2 and --tau2-results are for a tau2:<domain> env, not 'airline'"),
+    (["--env", "tau2:mock"], "--env tau2:mock needs --tau2 SETTINGS.yaml"),
 ])
 def test_bad_flags_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, flags, message):
     out = tmp_path / "r.jsonl"

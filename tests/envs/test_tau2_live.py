@@ -119,6 +119,69 @@ def test_live_mock_episodes_with_the_tiny_agent(tau2_python, tau2_data, served):
         assert "done" in {tool.name for tool in t.tools}
 
 
+TAU2_METRICS = """
+import json, sys
+from tau2.data_model.simulation import Results
+from tau2.metrics.agent_metrics import compute_metrics
+results = Results.load(sys.argv[1])
+metrics = compute_metrics(results)
+print(json.dumps({"pass_hat_ks": metrics.pass_hat_ks, "avg_reward": metrics.avg_reward,
+                  "tasks": [t.id for t in results.tasks], "trials": results.info.num_trials,
+                  "agent": results.info.agent_info.llm, "user": results.info.user_info.llm}))
+"""
+
+
+def tau2_metrics(tau2_python: str, tau2_data: str, path: Path) -> dict:
+    """τ²-bench's own reading of a results file: its `Results.load` and `compute_metrics`."""
+    done = subprocess.run([tau2_python, "-c", TAU2_METRICS, str(path)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TAU2_DATA_DIR": tau2_data, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_results_file_is_read_by_tau2_and_pass_k_agrees(tau2_python, tau2_data, served, tmp_path):
+    from tracerl.envs.registry import make_policy
+    from tracerl.envs.tau2_live import write_tau2_results
+    from tracerl.evaluation.evaluate import play
+    from tracerl.evaluation.stats import pass_hat_k, successes_by_task
+
+    def make():
+        return tau2_env("mock", tau2_python, tau2_data, served, max_steps=10, reward_basis=["DB"])
+
+    env = make()
+    policy = make_policy("model", max_new_tokens=32, temperature=1.0, seed=3)
+    trajectories = play(make, policy, env.task_seeds(3), trials=2, batch_size=6)
+    path = tmp_path / "results.json"
+    write_tau2_results(path, env, trajectories, agent="tiny-agent")
+    theirs = tau2_metrics(tau2_python, tau2_data, path)
+    assert theirs["tasks"] == env.task_ids[:3] and theirs["trials"] == 2
+    assert theirs["agent"] == "tiny-agent" and theirs["user"] == "openai/tiny-agent"
+    counts = list(successes_by_task(trajectories).values())
+    ours = {k: pass_hat_k(counts, k) for k in (1, 2)}
+    assert {int(k): v for k, v in theirs["pass_hat_ks"].items()} == pytest.approx(ours)
+    assert theirs["avg_reward"] == pytest.approx(sum(t.reward for t in trajectories) / len(trajectories))
+    assert "api_key" not in path.read_text()
+
+
+@pytest.mark.slow
+def test_collect_cli_writes_a_tau2_results_file(tau2_python, tau2_data, served, tmp_path, monkeypatch):
+    from tracerl.cli import main
+    from tracerl.core.io import read_jsonl
+    from tracerl.core.trajectory import Trajectory
+
+    monkeypatch.setenv("TAU2_DATA_DIR", tau2_data)
+    settings = tmp_path / "tau2.yaml"
+    settings.write_text(f"user: {{model: tiny-agent, base_url: '{served}', max_tokens: 24}}\n"
+                        f"python: {tau2_python}\nreward_basis: [DB]\nmax_steps: 8\n")
+    out, results = tmp_path / "rollouts.jsonl", tmp_path / "results.json"
+    assert main(["collect", "--env", "tau2:mock", "--tau2", str(settings), "--split", "base", "--tasks", "2",
+                 "--offset", "1", "--policy", "model", "--out", str(out), "--tau2-results", str(results)]) == 0
+    trajectories = read_jsonl(out, Trajectory)
+    assert [t.info["tau2_simulation"]["task_id"] for t in trajectories] == [t.task_id for t in trajectories]
+    assert tau2_metrics(tau2_python, tau2_data, results)["tasks"] == [t.task_id for t in trajectories]
+
+
 @pytest.mark.slow
 def test_tau2_run_grades_what_tracerl_serve_serves(tau2_python, tau2_data, served, tmp_path):
     """τ²-bench's own CLI, agent and user on `tracerl serve`: tool calls in the OpenAI format it sends."""
@@ -212,18 +275,34 @@ def test_nl_assertions_need_a_judge(tau2_python, tau2_data, served):
 def test_unknown_task_and_split(tau2_python, tau2_data, served):
     with pytest.raises(InputError, match="no task '999'"):
         tau2_env("mock", tau2_python, tau2_data, served, task_ids=["999"])
+    with pytest.raises(InputError, match="tau2.splits names no task '999'"):
+        tau2_env("mock", tau2_python, tau2_data, served, splits={"train": ["999"]})
     with pytest.raises(InputError, match="no split 'dev'"):
         tau2_env("retail", tau2_python, tau2_data, served, split="dev", reward_basis=["DB"])
 
 
-def test_cli_exits_2_with_one_line(tau2_python, tau2_data, monkeypatch, capsys):
+def test_cli_exits_2_with_one_line(tau2_python, tau2_data, monkeypatch, capsys, tmp_path):
     from tracerl.cli import main
 
     monkeypatch.setenv("TRACERL_TAU2_PYTHON", tau2_python)
     monkeypatch.setenv("TAU2_DATA_DIR", tau2_data)
-    assert main(["collect", "--env", "tau2:nowhere", "--tasks", "1", "--out", os.devnull]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "unknown τ²-bench domain 'nowhere'" in err and len(err.splitlines()) == 1
+    settings = tmp_path / "tau2.yaml"
+    settings.write_text("user: {model: x, base_url: 'http://127.0.0.1:1/v1'}\n")
+    for flags, message in [(["--env", "tau2:nowhere"], "unknown τ²-bench domain 'nowhere'"),
+                           (["--env", "tau2:mock", "--split", "train"], "tau2:mock: no split 'train' (its splits: base)")]:
+        assert main(["collect", *flags, "--tau2", str(settings), "--tasks", "1", "--out", os.devnull]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1
+
+
+def test_splits_of_the_settings_and_their_task_seeds(tau2_python, tau2_data, served):
+    splits = {"train": ["create_task_1", "update_task_1", "impossible_task_1"], "test": ["create_task_1_nl_eval"]}
+    train = tau2_env("mock", tau2_python, tau2_data, served, split="train", splits=splits, reward_basis=["DB"])
+    assert train.task_ids == splits["train"] and train.task_seeds(2, offset=1) == [1, 2]
+    with pytest.raises(ValueError, match="tau2:mock has 3 tasks here; asked for 3 from offset 1"):
+        train.task_seeds(3, offset=1)
+    test = tau2_env("mock", tau2_python, tau2_data, served, split="test", splits=splits, reward_basis=["DB"])
+    assert test.task_ids == splits["test"]
 
 
 def test_gpu_recipe_loads():

@@ -103,3 +103,14 @@ def test_tau2_config_selects_and_synthesizes_then_stops_and_resumes(tmp_path, ca
     assert sorted(p.name for p in (ws / "envs").iterdir() if p.is_dir()) == ["multi_step_completion", "tool_call_precision"]
     assert main(["run", str(config), "-w", str(ws), "--json"]) == 0
     assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])
+
+
+def test_file_paths_absolute_stay_and_relative_are_the_configs(tmp_path):
+    tools = (TAU2_DATA / "retail" / "tools.json").resolve()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "caps.yaml").write_text("[]\n")
+    path = tmp_path / "run.yaml"
+    path.write_text(f"target:\n  tools: {tools}\nselect:\n  capabilities: sub/caps.yaml\n")
+    config = load_run_config(path)
+    assert config.target.tools == str(tools)
+    assert config.select.capabilities == str(tmp_path / "sub" / "caps.yaml")

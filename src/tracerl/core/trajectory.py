@@ -47,6 +47,7 @@ class Trajectory(BaseModel):
       computed from records (a wrong value there is a reasoning error, not an imprecise call)
     - `subtasks`: the requests of a multi-request task ({kind, reservation_id, allowed})
     - `action_checks`, `db_check`, `communicate_checks`, `nl_assertions`: τ²-bench's grading
+    - `tau2_simulation`: the episode as τ²-bench recorded it (a live `tau2:<domain>` target), for results files
     - `faults`: ground truth of the flawed reference policy ({drawn, planted}); labellers never read it
     - `capability`: the capability of the synthetic environment the episode came from
     - `hint`: the sampling prompt carried a hint (the trainer strips it before the gradient step)

@@ -38,6 +38,14 @@ class Env(ABC):
     @abstractmethod
     def step(self, message: Message) -> StepResult: ...
 
+    def task_seeds(self, n: int, offset: int = 0) -> list[int]:
+        """The first `n` task seeds this environment plays (after `offset`): a fixed, reproducible task
+        set, the same for every caller. An environment with a finite task list (a split of a target)
+        raises ValueError when it has fewer; here every integer seed is a task."""
+        if n < 0 or offset < 0:
+            raise ValueError(f"asked for {n} tasks from offset {offset}")
+        return list(range(offset, offset + n))
+
     def oracle(self, seed: int) -> list[Action]:
         """The gold tool-call sequence that solves the task of `seed` (optional)."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle")

@@ -14,41 +14,56 @@ from rich.table import Table
 
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_jsonl
-from tracerl.envs.airline.tasks import SPLITS, task_seeds
 from tracerl.envs.registry import make_env, make_policy
 from tracerl.envs.runner import Episode, rollout
 from tracerl.envs.summary import print_summary, summarize
 
 
 def collect(
-    env: Annotated[str, typer.Option(help="Environment name (built in: airline).")] = "airline",
+    env: Annotated[str, typer.Option(help="Environment: airline, or tau2:<domain> (τ²-bench played live; needs --tau2).")] = "airline",
     policy: Annotated[str, typer.Option(help="Policy spec: oracle | flawed[:p1,p2,p3,p4] | any other registered spec (e.g. model).")] = "oracle",
-    tasks: Annotated[int, typer.Option(help="Number of tasks: the first N seeds of the split (after --offset).")] = 200,
-    split: Annotated[str, typer.Option(help="Task split: train or test (fixed seed ranges; test is never trained on).")] = "test",
+    tasks: Annotated[int, typer.Option(help="Number of tasks: the first N of the split (after --offset).")] = 200,
+    split: Annotated[str, typer.Option(help="Task split: train or test (test is never trained on).")] = "test",
     seed: Annotated[int, typer.Option(help="Policy seed (fault draws, sampling).")] = 0,
     out: Annotated[Path, typer.Option(help="Where to write the rollouts (JSONL, one Trajectory per line).")] = Path("rollouts.jsonl"),
-    offset: Annotated[int, typer.Option(help="Skip this many seeds of the split first.")] = 0,
-    batch_size: Annotated[int, typer.Option(help="Episodes played in lockstep.")] = 64,
+    offset: Annotated[int, typer.Option(help="Skip this many tasks of the split first.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="Episodes played at once.")] = 64,
+    tau2: Annotated[Optional[Path], typer.Option("--tau2", help="τ²-bench settings (YAML: user simulator, judge, reward basis) for a tau2:<domain> env.")] = None,
+    tau2_results: Annotated[Optional[Path], typer.Option("--tau2-results", help="Also write τ²-bench's results file of the episodes (tau2:<domain> only).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Roll a policy out on N tasks of a split and write the trajectories (same seed ⇒ same bytes)."""
-    if split not in SPLITS:
-        raise InputError(f"--split must be one of {', '.join(SPLITS)}, got '{split}'")
     if tasks < 1:
         raise InputError(f"--tasks must be at least 1, got {tasks}")
-    if offset < 0 or offset + tasks > len(SPLITS[split]):
-        raise InputError(f"--offset {offset} + --tasks {tasks} exceeds the {len(SPLITS[split])} tasks of split '{split}'")
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {batch_size}")
-    make_env(env, split=split)  # unknown env → InputError before anything runs
+    live = env.startswith("tau2:")
+    if (tau2 is not None or tau2_results is not None) and not live:
+        raise InputError(f"--tau2 and --tau2-results are for a tau2:<domain> env, not '{env}'")
+    settings: dict[str, Any] = {}
+    if live:
+        if tau2 is None:
+            raise InputError(f"--env {env} needs --tau2 SETTINGS.yaml (the user simulator's endpoint, at least)")
+        from tracerl.envs.tau2_live import load_tau2_settings
+
+        settings = load_tau2_settings(tau2)
+    target = make_env(env, split=split, **settings)  # unknown env or split → InputError before anything runs
+    try:
+        seeds = target.task_seeds(tasks, offset)
+    except ValueError as e:
+        raise InputError(f"--tasks {tasks} --offset {offset}: {e}") from None
     agent = make_policy(policy, seed=seed)
-    episodes = [Episode(seed=s) for s in task_seeds(split, tasks, offset)]
+    episodes = [Episode(seed=s) for s in seeds]
     with Progress(TextColumn("collect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=json_output) as progress:
         bar = progress.add_task(f"{env} · {agent.name}", total=len(episodes))
-        trajectories = rollout(lambda: make_env(env, split=split), agent, episodes, batch_size=batch_size,
+        trajectories = rollout(lambda: make_env(env, split=split, **settings), agent, episodes, batch_size=batch_size,
                                on_done=lambda _: progress.advance(bar))
     write_jsonl(out, trajectories)
+    if tau2_results is not None:
+        from tracerl.envs.tau2_live import write_tau2_results
+
+        write_tau2_results(tau2_results, target, trajectories, agent=agent.name)
     summary = summarize(trajectories, source=str(out))
     faults = Counter(f for t in trajectories for f in (t.info.get("faults") or {}).get("planted", []))
     summary.update({"env": env, "policy": agent.name, "split": split, "seed": seed,

@@ -111,6 +111,7 @@ def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Seque
 
 def _trajectory(env: Env, episode: Episode, session: Session, reward: float, step_info: dict[str, Any]) -> Trajectory:
     public = {k: v for k, v in session.info.items() if not k.startswith("_") and k != "task_id"}
+    public.update(step_info.get("trajectory_info") or {})  # what the environment records once the episode is over
     if episode.options.get("hint"):
         public["hint"] = True
     return Trajectory(

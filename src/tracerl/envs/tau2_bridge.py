@@ -248,6 +248,28 @@ def domain_info(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def results(req: dict[str, Any]) -> dict[str, Any]:
+    """A τ²-bench results document (its own `Results` model) of finished simulations, as `tau2 run`
+    writes one: the tasks played, each simulation with its trial number, who played the agent and the user."""
+    from tau2.data_model.simulation import AgentInfo, Info, Results, SimulationRun, UserInfo
+
+    domain = req["domain"]
+    tasks = tasks_of(domain)
+    simulations = [SimulationRun.model_validate(s) for s in req["simulations"]]
+    played = list(dict.fromkeys(s.task_id for s in simulations))
+    user_model, user_args = litellm_target(req["user"])
+    user_args.pop("api_key", None)  # a results file is shared; keys stay out of it
+    agent = req["agent"]
+    info = Info(git_commit="", num_trials=int(req["num_trials"]), max_steps=int(req["max_steps"]),
+                max_errors=int(req["max_errors"]), seed=req.get("seed"),
+                user_info=UserInfo(implementation="user_simulator", llm=user_model, llm_args=user_args),
+                agent_info=AgentInfo(implementation=agent["implementation"], llm=agent.get("llm"),
+                                     llm_args=agent.get("llm_args")),
+                environment_info=build_environment(domain).get_info())
+    document = Results(info=info, tasks=[tasks[t] for t in played], simulations=simulations)
+    return {"results": json.loads(document.model_dump_json())}
+
+
 def handle(req: dict[str, Any], episodes: dict[str, Episode]) -> dict[str, Any]:
     op = req.get("op")
     if IMPORT_ERROR is not None:
@@ -269,6 +291,8 @@ def handle(req: dict[str, Any], episodes: dict[str, Episode]) -> dict[str, Any]:
             out.update(episode.finish())
             episodes.pop(req["episode"], None)
         return out
+    if op == "results":
+        return results(req)
     if op == "close":
         episodes.pop(req.get("episode"), None)
         return {}

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,8 +35,10 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tracerl.core.errors import InputError
+from tracerl.core.io import atomic_write_text
 from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
+from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env, StepResult
 
 BRIDGE = Path(__file__).with_name("tau2_bridge.py")
@@ -71,7 +74,9 @@ class Tau2Settings(BaseModel):
     user: Endpoint | None = Field(None, description="τ²-bench's user simulator runs on this endpoint (required)")
     judge: Endpoint | None = Field(None, description="the NL-assertion judge; needed when the basis has NL_ASSERTION")
     reward_basis: list[RewardBasis] | None = Field(None, description="None = each task's own basis; e.g. [DB]")
-    task_ids: list[str] | None = Field(None, description="play these tasks (default: the split's, from split_tasks.json)")
+    task_ids: list[str] | None = Field(None, description="play these tasks whatever the split (default: the split's)")
+    splits: dict[str, list[str]] | None = Field(None, description="task ids per split, in place of the domain's "
+                                                "split_tasks.json (e.g. for mock, which has only 'base')")
     max_steps: int = Field(200, ge=1, description="τ²-bench's limit on messages in an episode")
     max_errors: int = Field(10, ge=1, description="τ²-bench's limit on tool errors in an episode")
     python: str | None = Field(None, description="a Python ≥ 3.12 with τ²-bench (default: $TRACERL_TAU2_PYTHON, "
@@ -247,6 +252,11 @@ class Tau2Env(Env):
             if missing:
                 raise InputError(f"tau2:{self.name}: no task {', '.join(map(repr, missing))} (it has {len(known)} tasks)")
             return list(self.settings.task_ids)
+        if self.settings.splits:
+            splits = self.settings.splits
+            unknown = [t for ids in splits.values() for t in ids if t not in known]
+            if unknown:
+                raise InputError(f"tau2:{self.name}: tau2.splits names no task {unknown[0]!r} (it has {len(known)} tasks)")
         if split is None or split == "base":
             return list(splits.get("base", known))
         if split not in splits:
@@ -268,6 +278,12 @@ class Tau2Env(Env):
     @property
     def tools(self) -> list[ToolSchema]:
         return [t.model_copy() for t in self._tools]
+
+    def task_seeds(self, n: int, offset: int = 0) -> list[int]:
+        """Seed i plays task `task_ids[i]`: the first n tasks of the split, each once."""
+        if n < 0 or offset < 0 or offset + n > len(self.task_ids):
+            raise ValueError(f"tau2:{self.name} has {len(self.task_ids)} tasks here; asked for {n} from offset {offset}")
+        return list(range(offset, offset + n))
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[Message], dict[str, Any]]:
         options = dict(options or {})
@@ -313,11 +329,36 @@ class Tau2Env(Env):
         reward_info = answer["reward_info"] or {}
         termination = answer["termination"]
         breakdown = {str(k): float(v) for k, v in (reward_info.get("reward_breakdown") or {}).items() if v is not None}
-        info = {"termination": termination, "reward_breakdown": breakdown, "reward_info": reward_info}
+        info = {"termination": termination, "reward_breakdown": breakdown, "reward_info": reward_info,
+                "trajectory_info": {"tau2_simulation": self.simulation}}
         if answer.get("error"):
             info["error"] = answer["error"]
         truncated = termination in PREMATURE
         return new, float(answer["reward"]), not truncated, truncated, info
+
+
+    def results_document(self, trajectories: list[Trajectory], agent: str) -> dict[str, Any]:
+        """τ²-bench's results document (`tau2.data_model.simulation.Results`) of episodes this domain
+        played live, as `tau2 run` saves one: readable by τ²-bench's own tools (`tau2 view`, its
+        metrics). `agent` names the policy. Trials are numbered per task in the order given."""
+        simulations, trial = [], Counter[str]()
+        for t in trajectories:
+            simulation = t.info.get("tau2_simulation")
+            if t.domain != self.name or not simulation:
+                raise ValueError(f"trajectory of task {t.task_id} was not played live on tau2:{self.name}")
+            simulations.append({**simulation, "trial": trial[t.task_id]})
+            trial[t.task_id] += 1
+        assert self.settings.user is not None
+        answer = self.bridge.request(
+            "results", domain=self.name, simulations=simulations, user=self.settings.user.for_bridge(),
+            agent={"implementation": "tracerl", "llm": agent}, num_trials=max(trial.values(), default=1),
+            max_steps=self.settings.max_steps, max_errors=self.settings.max_errors)
+        return answer["results"]
+
+
+def write_tau2_results(path: str | Path, env: Tau2Env, trajectories: list[Trajectory], agent: str) -> None:
+    """Write τ²-bench's results file of live episodes (atomically)."""
+    atomic_write_text(Path(path), json.dumps(env.results_document(trajectories, agent), ensure_ascii=False, indent=2))
 
 
 def make_tau2_env(domain: str, split: str | None = None, **settings: Any) -> Tau2Env:

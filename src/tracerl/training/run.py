@@ -93,8 +93,10 @@ def build_trainer(
     server_url: str | None = None,
     served_model: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
+    make_eval_env: Callable[[], Env] | None = None,
 ) -> GRPOTrainer:
-    """Check every input, then assemble the trainer (rollouts local, or from `server_url`)."""
+    """Check every input, then assemble the trainer (rollouts local, or from `server_url`); held-out
+    evaluation plays `make_eval_env`'s environments (default: `make_env`'s)."""
     from tracerl.models.chat import ChatFormat
     from tracerl.models.local import LocalPolicy
 
@@ -121,7 +123,8 @@ def build_trainer(
         backend.start()  # servers answer, serve a base model, report sampling log-probs: before any rollout
     run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
                 "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
-    return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info, on_step=on_step)
+    return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info,
+                       on_step=on_step, make_eval_env=make_eval_env)
 
 
 def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any]]:

@@ -86,10 +86,12 @@ class GRPOTrainer:
         world: World = World(),
         run_info: dict[str, Any] | None = None,
         on_step: Callable[[dict[str, Any]], None] | None = None,
+        make_eval_env: Callable[[], Env] | None = None,
     ):
         self.cfg = config
         self.model = model
         self.make_env = make_env
+        self.make_eval_env = make_eval_env or make_env  # a target's held-out split, when training on its train split
         self.backend = backend
         self.render_prompt = render_prompt
         self.out = Path(out)
@@ -331,7 +333,7 @@ class GRPOTrainer:
         cfg = self.cfg
         seeds = self.world.shard([cfg.eval_seed_start + i for i in range(cfg.eval_episodes)])
         self.model.eval()
-        trajs = rollout(self.make_env, self.backend.policy(greedy=True, seed=cfg.seed),
+        trajs = rollout(self.make_eval_env, self.backend.policy(greedy=True, seed=cfg.seed),
                         [Episode(seed=s, adapter=self.backend.adapter) for s in seeds],
                         batch_size=cfg.rollout.batch_size)
         passed = sum(sum(t.passed for t in part) for part in all_gather(self.world, trajs))

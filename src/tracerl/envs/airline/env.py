@@ -17,7 +17,7 @@ from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.data_model import AirlineDB
 from tracerl.envs.airline.policy import POLICY
-from tracerl.envs.airline.tasks import SPLITS, AirlineTask, generate_task
+from tracerl.envs.airline.tasks import SPLITS, AirlineTask, generate_task, task_seeds
 from tracerl.envs.airline.tools import AirlineTools
 from tracerl.envs.airline.user import ScriptedUser
 from tracerl.envs.base import ToolEnv
@@ -41,6 +41,9 @@ class AirlineEnv(ToolEnv):
     @property
     def tools(self) -> list[ToolSchema]:
         return self._tools.schemas
+
+    def task_seeds(self, n: int, offset: int = 0) -> list[int]:
+        return task_seeds(self.split, n, offset) if self.split is not None else super().task_seeds(n, offset)
 
     def _setup(self, seed: int, options: dict[str, Any]) -> tuple[Toolbox, list[Message], dict[str, Any]]:
         if self.split is not None and seed not in SPLITS[self.split]:
