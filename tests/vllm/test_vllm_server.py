@@ -201,3 +201,36 @@ def test_the_documented_command_is_the_tested_one():
     tested = " ".join(vllm_command(8000)).replace(str(vllm_command(8000)[3]), "MODEL_DIR")
     documented = " ".join(remote.__doc__.replace("\\\n", " ").split())
     assert tested in documented, (tested, documented)
+
+
+def test_chat_completions_return_the_agents_tool_calls(vllm_server):
+    """`--enable-auto-tool-choice --tool-call-parser hermes`: an OpenAI client's chat completion with
+    `tools=` gets the tiny agent's first tool call back as `tool_calls`, the call tracerl's own parser
+    reads from the local model's greedy reply, over the same prompt tokens."""
+    import httpx
+    from openai import OpenAI
+
+    from tracerl.envs.airline.env import AirlineEnv
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.chat import ChatFormat
+    from tracerl.models.local import LocalPolicy, load_model
+
+    model, tokenizer = load_model("tiny-agent", device="cpu")
+    policy = LocalPolicy(model, tokenizer, temperature=0.0, max_new_tokens=96)
+    env = AirlineEnv(split="test", max_turns=4)
+    (trajectory,) = rollout(lambda: env, policy, [Episode(seed=1_000_003)])
+    k = next(i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.tool_calls)
+    history, expected = trajectory.messages[:k], trajectory.messages[k].tool_calls
+    tools = [t.to_openai() for t in env.tools]
+    messages = [m.to_openai() for m in history]
+    served = httpx.post(vllm_server.url.removesuffix("/v1") + "/tokenize", timeout=60,
+                        json={"model": "base", "messages": messages, "tools": tools, "add_generation_prompt": True})
+    assert served.json()["tokens"] == ChatFormat(tokenizer).prompt_ids(history, env.tools)  # the same prompt
+
+    client = OpenAI(base_url=vllm_server.url, api_key="unused", max_retries=0, timeout=120)
+    reply = client.chat.completions.create(model="base", messages=messages, tools=tools, temperature=0, max_tokens=96)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    got = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
+    assert got == [(c.function.name, json.loads(c.function.arguments)) for c in expected]
+    assert got[0][0] == "get_user_details"

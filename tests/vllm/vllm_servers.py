@@ -32,7 +32,8 @@ def vllm_command(port: int, *, lora: bool = True, logprobs_mode: str = "processe
            "--dtype", "float32"]
     if lora:
         cmd += ["--enable-lora", "--max-lora-rank", "16"]
-    cmd += ["--logprobs-mode", logprobs_mode, "--generation-config", "vllm", "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--logprobs-mode", logprobs_mode, "--generation-config", "vllm", "--enable-auto-tool-choice",
+            "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port)]
     return cmd
 
 

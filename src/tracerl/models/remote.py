@@ -20,11 +20,19 @@ The vLLM server that pairs with it — the command tests/vllm runs, with vLLM's 
     VLLM_ALLOW_RUNTIME_LORA_UPDATING=True python -m vllm.entrypoints.openai.api_server \\
         --model MODEL_DIR --served-model-name base --dtype float32 \\
         --enable-lora --max-lora-rank 16 --logprobs-mode processed_logprobs \\
-        --generation-config vllm --host 127.0.0.1 --port 8000 [--api-key KEY]
+        --generation-config vllm --enable-auto-tool-choice --tool-call-parser hermes \\
+        --host 127.0.0.1 --port 8000 [--api-key KEY]
 
 LoRA hot-swapping on, log-probs of the sampling distribution (what GRPO's importance ratio needs;
-the trainer checks the mode at start-up, see `tracerl.training.served`), and no generation-config
-defaults overriding the request's sampling parameters. Requests run concurrently up to
+the trainer checks the mode at start-up, see `tracerl.training.served`), no generation-config
+defaults overriding the request's sampling parameters. The last two flags parse tool calls
+server-side for OpenAI clients of `/v1/chat/completions` (τ²-bench, agent frameworks): the
+agent's `<tool_call>` blocks are Hermes' (tests/vllm checks the tiny agent's calls come back as
+`tool_calls`). This module does not need them (it reads token ids; `tracerl.models.parsing`).
+Through vLLM's chat endpoint, earlier tool calls are re-rendered from parsed arguments by the
+template's `tojson` (`{"user_id": "u1"}`), not as the agent wrote them (`{"user_id":"u1"}`):
+a few tokens differ from the agent's own conversation after its first tool call.
+Requests run concurrently up to
 `max_concurrency`; each has a timeout and is retried with backoff on connection errors, 408,
 409, 429 and 5xx (the openai client's policy); 4xx errors are raised at once.
 """
