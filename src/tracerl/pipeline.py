@@ -34,12 +34,14 @@ from typing import Any
 from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
+from tracerl.contracts import (
+    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, TrainRun, read_calibration, read_metrics,
+)
 from tracerl.core.errors import InputError
-from tracerl.core.io import atomic_write_text, read_json, read_jsonl, write_json, write_jsonl
+from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.evaluate import play
 from tracerl.stages import Stage, View, is_complete, run_stage
-from tracerl.training.trainer import read_metrics
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "eval", "report")
 TRACE_VARIANTS = {"moe": "trace_moe", "router": "trace_router", "merge": "trace_merge"}
@@ -160,12 +162,10 @@ class Pipeline:
 
     def refuse_if_rejected(self, capability: str) -> None:
         """Stop (exit 2) before training on an environment calibration rejected, naming its figures."""
-        from tracerl.synthesis.calibration import CalibrationResult
-
         path = self.path(f"envs/{capability}/calibration.json")
         if not path.exists():
             return  # not calibrated (synthesize.calibrate: false): nothing rejected it
-        result = CalibrationResult.model_validate(read_json(path))
+        result = read_calibration(path)
         if result.accepted:
             return
         final = next((r for r in reversed(result.rounds) if r.difficulty == result.difficulty), None)
@@ -210,23 +210,21 @@ class StageFunctions:
             policy.load_adapter(name, path)
         return policy
 
-    def selected(self) -> list[dict[str, Any]]:
-        from tracerl.synthesis.synthesize import read_selected_capabilities
-
-        return read_selected_capabilities(self.path("capabilities.json"))
+    def selected(self) -> list[CapabilityResult]:
+        return CapabilitiesFile.read(self.path("capabilities.json")).selected()
 
     def built_envs(self) -> list[str]:
         index = self.path("envs/index.json")
-        return list(read_json(index)["capabilities"]) if index.exists() else []
+        return EnvIndex.read(index).built() if index.exists() else []
 
     def trace_rollouts(self) -> int:
         """Rollouts TRACE consumed: every adapter's GRPO rollouts plus the gate-training rollouts."""
         total = 0
         for cap in self.built_envs():
             rows = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
-            total += rows[-1]["rollouts_used"] if rows else 0
+            total += rows[-1].rollouts_used if rows else 0
         gate = self.path("gate_data/summary.json")
-        return total + (read_json(gate)["rollouts"] if gate.exists() else 0)
+        return total + (GateData.read(gate).rollouts if gate.exists() else 0)
 
     # --- stages ---------------------------------------------------------------------------------
     def collect(self, c: View) -> dict[str, Any]:
@@ -265,17 +263,14 @@ class StageFunctions:
                                  bootstrap=cfg.bootstrap, seed=c.seed)
         document, _ = select_capabilities(trajectories, capabilities, labeller, params, out_dir=self.ws)
         if cfg.max_selected is not None:
-            chosen = [x for x in document["capabilities"] if x["selected"]][: cfg.max_selected]
-            for x in document["capabilities"]:
-                if x["selected"] and x not in chosen:
-                    x["selected"], x["status"] = False, None
-                    x["note"] = f"dropped: select.max_selected = {cfg.max_selected}"
-            write_json(self.path("capabilities.json"), document)
-        names = [x["name"] for x in document["capabilities"] if x["selected"]]
+            for x in document.selected()[cfg.max_selected:]:
+                x.selected, x.status, x.note = False, None, f"dropped: select.max_selected = {cfg.max_selected}"
+            document.write(self.path("capabilities.json"))
+        names = [x.name for x in document.selected()]
         return {"selected": names}
 
     def synthesize(self, c: View) -> dict[str, Any]:
-        from tracerl.synthesis.synthesize import calibrate_env_dir, synthesize_capability
+        from tracerl.synthesis.synthesize import calibrate_env_dir, env_record, synthesize_capability, write_env_index
         from tracerl.synthesis.target import load_target
 
         cfg = c.synthesize
@@ -290,27 +285,24 @@ class StageFunctions:
 
             a = c.analysis
             llm = (OpenAI(base_url=a.base_url, api_key=os.environ.get(a.api_key_env, "EMPTY")), a.model)
-        built, report = [], {}
+        records = []
         for cap in caps:
             outcome = synthesize_capability(cap, target, self.path("envs"), generator=cfg.generator,
                                             difficulty=cfg.difficulty, llm=llm, max_rounds=cfg.max_rounds)
-            report[cap["name"]] = {"source": outcome.source, "error": outcome.error}
+            result = None
             if not outcome.ok:
-                self.console.print(f"[yellow]{cap['name']}: no environment ({outcome.error})[/]")
-                continue
-            if cfg.calibrate:
+                self.console.print(f"[yellow]{cap.name}: no environment ({outcome.error})[/]")
+            elif cfg.calibrate:
                 policy = self.policy(c, temperature=cfg.temperature, seed=c.seed)
-                with _progress(self.console, f"calibrate {cap['name']} (episodes, all rounds)", None) as bar:
+                with _progress(self.console, f"calibrate {cap.name} (episodes, all rounds)", None) as bar:
                     result = calibrate_env_dir(outcome.env_dir, policy, seeds=cfg.calibration_seeds,
                                                group_size=cfg.group_size, bands=cfg.bands, max_rounds=cfg.max_rounds,
                                                settings={"temperature": cfg.temperature, "model": c.model.base,
                                                          "max_new_tokens": c.rollout.max_new_tokens},
                                                on_done=bar.advance)
-                report[cap["name"]].update(accepted=result.accepted, difficulty=result.difficulty,
-                                           success_rate=result.stats.success_rate)
-            built.append(cap["name"])
-        write_json(self.path("envs/index.json"), {"capabilities": built, "synthesis": report})
-        return {"environments": built}
+            records.append(env_record(outcome, result, self.path("envs")))
+        index = write_env_index(self.path("envs"), target.name, cfg.generator, records)
+        return {"environments": index.built()}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
         return self._train_adapter(c, self.path(f"envs/{capability}"), self.path(f"adapters/{capability}"),
@@ -355,9 +347,8 @@ class StageFunctions:
         saved = out / "train_config.json"
         if self.forcing or not saved.exists() or not any(out.glob("checkpoint*")):
             return False
-        record = read_json(saved)
-        return record.get("config") == cfg.model_dump() and record.get("env") == env_source \
-            and record.get("base") == str(base)
+        record = TrainRun.read(saved)
+        return record.config == cfg.model_dump() and record.env == env_source and record.base == str(base)
 
     def compose(self, c: View) -> dict[str, Any]:
         from tracerl.composition.build import ComposeOptions, build_composition
@@ -383,11 +374,11 @@ class StageFunctions:
             if not good:
                 best = max(t.reward for t in trajs)
                 good, source = [t for t in trajs if t.reward == best], f"best reward {best:.2f} (no success)"
-            kept[cap] = {"trajectories": len(good), "of": len(trajs), "source": source}
+            kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
             path = self.path(f"gate_data/{cap}.jsonl")
             write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in good])
             paths.append(str(path))
-        write_json(self.path("gate_data/summary.json"), {"rollouts": rollouts, "kept": kept})
+        GateData(rollouts=rollouts, kept=kept).write(self.path("gate_data/summary.json"))
         summary: dict[str, Any] = {"gate_rollouts": rollouts}
         for mode in cfg.modes:
             options = ComposeOptions(mode=mode, capabilities_file=str(self.path("capabilities.json")),
@@ -396,7 +387,7 @@ class StageFunctions:
                                      successful_only=False)  # gate_data holds only what should train the gates
             spec = build_composition([str(self.path(f"adapters/{cap}")) for cap in caps], c.model.base,
                                      self.path(COMPOSED_DIRS[mode]), options)
-            summary[mode] = {"routing_accuracy": getattr(spec, "routing_accuracy", None)}
+            summary[mode] = {"routing_accuracy": spec.routing_accuracy.overall if spec.routing_accuracy else None}
         return summary
 
     def grpo_target(self, c: View) -> dict[str, Any]:
@@ -423,11 +414,11 @@ class StageFunctions:
             adapters = {}
             if variant == "grpo_target":
                 adapters = {"grpo_target": self.path("baselines/grpo_target")}
-                rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1]["rollouts_used"]
+                rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1].rollouts_used
             elif variant.startswith("adapter:"):
                 cap = variant.split(":", 1)[1]
                 adapters = {cap: self.path(f"adapters/{cap}")}
-                rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1]["rollouts_used"]
+                rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1].rollouts_used
             adapter = next(iter(adapters), None)
             policy = self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters)
             if variant == "prompt_capabilities":
@@ -438,13 +429,13 @@ class StageFunctions:
             trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
                                 batch_size=c.rollout.batch_size, on_done=bar.advance)
         base_path = self.path("eval/base.json")
-        base = read_json(base_path) if variant != "base" and base_path.exists() else None
-        doc = summarize_variant(variant, trajectories, rollouts_used=rollouts_used,
-                                capabilities=[x["name"] for x in self.selected()], base=base,
-                                bootstrap=cfg.bootstrap, seed=c.seed)
+        base = EvalResult.read(base_path) if variant != "base" and base_path.exists() else None
+        result = summarize_variant(variant, trajectories, rollouts_used=rollouts_used,
+                                   capabilities=[x.name for x in self.selected()], base=base,
+                                   bootstrap=cfg.bootstrap, seed=c.seed)
         write_jsonl(self.path(f"eval/{_stem(variant)}.jsonl"), trajectories)
-        write_json(self.path(f"eval/{_stem(variant)}.json"), doc)
-        return {"pass1": doc["pass1"]["mean"], "rollouts_used": rollouts_used}
+        result.write(self.path(f"eval/{_stem(variant)}.json"))
+        return {"pass1": result.pass1.mean, "rollouts_used": rollouts_used}
 
     def report(self, c: View) -> dict[str, Any]:
         from tracerl.evaluation.report import build_report

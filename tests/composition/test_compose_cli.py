@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from composition_helpers import make_adapter, save_base, tiny_model, toy_tokenizer
+from contract_cases import capabilities_file
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -43,10 +44,8 @@ def workspace(tmp_path_factory):
         for name, texts in REQUESTS.items() for k in range(8) for text in [texts[k % 3]]
     ]
     write_jsonl(root / "rollouts.jsonl", trajectories)
-    (root / "capabilities.json").write_text(json.dumps({"capabilities": [
-        {"name": "alpha", "description": "cancelling reservations", "selected": True},
-        {"name": "beta", "description": "looking up orders", "selected": True},
-    ]}))
+    capabilities_file(root / "capabilities.json", ["alpha", "beta"],
+                      descriptions={"alpha": "cancelling reservations", "beta": "looking up orders"})
     return root, base_dir, adapters, tokenizer
 
 
@@ -63,7 +62,7 @@ def test_compose_moe_writes_a_loadable_directory(workspace, capsys):
     spec = json.loads((out / "composition.json").read_text())
     assert printed == spec
     assert spec["slots"] == ["base", "alpha", "beta"] and spec["model_name"] == "composed-moe"
-    assert [(c["name"], c["slot"], c["description"]) for c in spec["capabilities"]] == [("alpha", 1, "cancelling reservations"), ("beta", 2, "looking up orders")]
+    assert [(c["name"], c["description"]) for c in spec["capabilities"]] == [("alpha", "cancelling reservations"), ("beta", "looking up orders")]
     assert spec["gate_parameters"] == 2 * (32 * 3 + 3)
     assert spec["adapters"][0]["path"] == "../adapters/alpha" and spec["base"] == "../base"
     assert spec["gate_training"]["examples"] > 0 and spec["gate_training"]["final"]["step"] == 40

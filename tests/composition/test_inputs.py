@@ -7,11 +7,13 @@ import json
 
 import pytest
 from composition_helpers import make_adapter, tiny_model
+from contract_cases import capabilities_file
 from safetensors.torch import load_file, save_file
 
 from tracerl.composition.adapters import load_adapter
 from tracerl.composition.build import capabilities_for
-from tracerl.composition.composed import Capability, compose
+from tracerl.composition.composed import compose
+from tracerl.contracts import Capability
 from tracerl.core.errors import InputError
 
 
@@ -70,12 +72,16 @@ def test_capability_list_not_matching_the_adapters(base, tmp_path):
     adapters = [load_adapter(make_adapter(base, tmp_path / n, seed=i)) for i, n in enumerate(["alpha", "beta"])]
     with pytest.raises(InputError, match="capability list does not match the adapters"):
         compose(copy.deepcopy(base), adapters, [Capability(name="alpha"), Capability(name="gamma")])
-    listing = tmp_path / "capabilities.json"
-    listing.write_text(json.dumps({"capabilities": [{"name": "alpha", "description": "x", "selected": True}]}))
+    listing = capabilities_file(tmp_path / "capabilities.json", ["alpha"])
     with pytest.raises(InputError, match=r"no capability named \['beta'\]"):
         capabilities_for(adapters, str(listing))
-    listing.write_text(json.dumps([{"name": "alpha"}, {"name": "beta"}, {"name": "gamma", "selected": True}]))
+    capabilities_file(listing, ["gamma"], ["alpha", "beta"])
     with pytest.raises(InputError, match=r"no adapter for \['gamma'\]"):
         capabilities_for(adapters, str(listing))
-    listing.write_text(json.dumps([{"name": "beta", "description": "b"}, {"name": "alpha", "description": "a"}, {"name": "delta", "selected": False}]))
+    capabilities_file(listing, ["beta", "alpha"], ["delta"], descriptions={"alpha": "a", "beta": "b"})
     assert [(c.name, c.description) for c in capabilities_for(adapters, str(listing))] == [("alpha", "a"), ("beta", "b")]
+    listing.write_text(json.dumps([{"name": "alpha"}, {"name": "beta"}]))  # a bare list is not a capabilities.json
+    with pytest.raises(InputError, match=r"capabilities.json: expected a JSON object \(CapabilitiesFile\), got list"):
+        capabilities_for(adapters, str(listing))
+    with pytest.raises(InputError, match="adapter name 'not-snake' is not a snake_case capability name"):
+        compose(copy.deepcopy(base), [load_adapter(adapters[0].path, name="not-snake")])

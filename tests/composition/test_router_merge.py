@@ -12,7 +12,8 @@ from peft import PeftModel
 from safetensors.torch import load_file
 
 from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import Capability, compose, top1_weights, top_p_weights
+from tracerl.composition.composed import compose, top1_weights, top_p_weights
+from tracerl.contracts import Capability
 from tracerl.composition.merge import merge_adapters
 from tracerl.composition.router import TaskRouter, route_names
 from tracerl.core.errors import InputError

@@ -12,7 +12,8 @@ from composition_helpers import two_adapters
 from torch.nn.modules import module as torch_module
 
 from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import Capability, compose
+from tracerl.composition.composed import compose
+from tracerl.contracts import Capability
 from tracerl.composition.layers import GatedLoRALinear
 from tracerl.composition.policy import ComposedPolicy
 from tracerl.composition.router import TaskRouter

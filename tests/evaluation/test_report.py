@@ -13,13 +13,18 @@ from pathlib import Path
 import pytest
 
 from tracerl.cli import main
-from tracerl.core.io import write_json, write_jsonl
+from tracerl.contracts import (
+    AdapterRef, CapabilitiesFile, Capability, CapabilityResult, CompositionSpec, EvalResult, FailedExample, ReportSummary,
+    RoutingAccuracy,
+)
+from tracerl.core.io import read_json, write_json, write_jsonl
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.report_data import load_report_data, pick_examples
 from tracerl.evaluation.report_html import render_html
 from tracerl.evaluation.stats import bootstrap_mean, paired_difference
+from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult
 
 CAPABILITIES = ["precondition_verification", "structured_data_reasoning", "tool_calling_precision"]
 TASKS = [f"test_{i}" for i in range(1, 13)]
@@ -87,70 +92,76 @@ def metrics_rows(n_steps: int, start: float, end: float) -> list[dict]:
     return rows
 
 
+def capability(name: str, rank: int, selected: bool, cov: float | None, delta: float | None, runs_passed: int,
+               *, decoy: bool = False, er_plus_empty_runs: int = 0, examples: tuple = (), description: str = "") -> dict:
+    """One capabilities.json row (figures made up, shape as selection writes it)."""
+    return CapabilityResult(
+        name=name, description=description or f"{name} description", decoy=decoy, selected=selected, rank=rank,
+        status="PENDING" if selected else None, mean_cov=cov, std_cov=0.05, cov_ci95=(cov and cov - 0.04, cov and cov + 0.04),
+        mean_delta=delta, std_delta=None if delta is None else 0.08, delta_ci95=(delta and delta - 0.05, delta and delta + 0.05),
+        mean_er_minus=delta, mean_er_plus=0.0, runs_passed=runs_passed, runs_total=10,
+        er_plus_empty_runs=er_plus_empty_runs, er_plus_flag=er_plus_empty_runs > 0, unlabelled_pairs=0, per_run=[],
+        example_failed=[FailedExample(index=i, task_id=t, lacking_runs=n, evidence=e) for i, (t, n, e) in enumerate(examples)],
+    ).model_dump()
+
+
 def make_workspace(root: Path) -> Path:
+    """Every stage's files, written through their contracts (`tracerl.contracts`)."""
     ws = root / "ws"
     ws.mkdir()
     (ws / "config.yaml").write_text("target: airline\nmodel: tiny-agent\ntraining:\n  num_generations: 8\n")
     write_jsonl(ws / "rollouts" / "base.jsonl", [episode(f"train_{i}", i % 3 == 0) for i in range(1, 10)])
-    # Shapes as the stages write them (selection.select, synthesis.calibration, training.trainer, composition).
-    write_json(ws / "capabilities.json", {
+    CapabilitiesFile.model_validate({
         "params": {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10, "bootstrap": 1000, "seed": 0},
         "totals": {"trajectories": 9, "failed": 6, "passed": 3},
-        "labeler": {"name": "rules", "deterministic": True, "note": "…"},
+        "labeler": {"name": "rules", "deterministic": True, "note": "…"}, "unlabelled_pairs": 0,
         "capabilities": [
-            {"name": "precondition_verification", "description": "Checks eligibility before a write action.",
-             "source": "catalogue", "decoy": False, "selected": True, "rank": 1, "status": "DONE",
-             "mean_cov": 0.62, "std_cov": 0.05, "cov_ci95": [0.58, 0.66], "mean_delta": 0.55, "std_delta": 0.08,
-             "delta_ci95": [0.5, 0.6], "runs_passed": 10, "runs_total": 10, "er_plus_empty_runs": 0,
-             "er_plus_flag": False, "per_run": [{"run": 0, "LF": 4, "cov": 0.62}],
-             "example_failed": [{"index": 0, "task_id": "train_1", "lacking_runs": 10, "evidence": "cancelled first"},
-                                {"index": 1, "task_id": "train_2", "lacking_runs": 9, "evidence": "no read"}]},
-            {"name": "structured_data_reasoning", "description": "Reads nested records correctly.",
-             "decoy": False, "selected": True, "rank": 2, "mean_cov": 0.41, "std_cov": 0.06, "mean_delta": 0.4,
-             "std_delta": 0.07, "runs_passed": 9, "runs_total": 10},
-            {"name": "tool_calling_precision", "description": "Exact ids and argument values.", "decoy": False,
-             "selected": True, "rank": 3, "mean_cov": 0.3, "std_cov": 0.04, "mean_delta": 0.31, "std_delta": 0.1,
-             "runs_passed": 8, "runs_total": 10, "er_plus_empty_runs": 10, "er_plus_flag": True,
-             "example_failed": [{"index": 3, "task_id": "train_4", "lacking_runs": 8, "evidence": "wrong id"}]},
-            {"name": "empathetic_tone", "description": "Decoy.", "decoy": True, "selected": False, "rank": 4,
-             "mean_cov": 0.05, "std_cov": 0.02, "mean_delta": 0.01, "std_delta": 0.03, "runs_passed": 0,
-             "runs_total": 10},
-            {"name": "never_applies", "description": "No trajectory needed it.", "selected": False, "rank": 5,
-             "mean_cov": 0.0, "std_cov": 0.0, "mean_delta": None, "std_delta": None, "delta_ci95": [None, None],
-             "runs_passed": 0, "runs_total": 10},
+            capability("precondition_verification", 1, True, 0.62, 0.55, 10,
+                       description="Checks eligibility before a write action.",
+                       examples=(("train_1", 10, "cancelled first"), ("train_2", 9, "no read"))),
+            capability("structured_data_reasoning", 2, True, 0.41, 0.4, 9),
+            capability("tool_calling_precision", 3, True, 0.3, 0.31, 8, er_plus_empty_runs=10,
+                       examples=(("train_4", 8, "wrong id"),)),
+            capability("empathetic_tone", 4, False, 0.05, 0.01, 0, decoy=True),
+            capability("never_applies", 5, False, 0.0, None, 0),
         ],
-    })
-    bands = {"mean_reward": [0.2, 0.6], "success_rate": [0.2, 0.6], "min_reward_std": 0.05}
+    }).write(ws / "capabilities.json")
+    bands = CalibrationBands(mean_reward=(0.2, 0.6), success_rate=(0.2, 0.6), min_reward_std=0.05)
     for i, cap in enumerate(CAPABILITIES):
         stats = {"groups": 20, "group_size": 16, "mean_reward": 0.35 + 0.05 * i, "success_rate": 0.3 + 0.05 * i,
                  "reward_std": 0.31, "mean_group_std": 0.25, "all_success": 0.1, "all_zero": 0.15, "constant": 0.25,
                  "informative": 0.75, "pass_at_k": {"1": 0.3 + 0.05 * i, "4": 0.6, "8": 0.72 + 0.02 * i, "16": 0.81}}
-        write_json(ws / "envs" / cap / "calibration.json", {
+        write_json(ws / "envs" / cap / "calibration.json", CalibrationResult.model_validate({
             "accepted": True, "difficulty": 3 + i, "stats": stats,
             "rounds": [{"difficulty": 2 + i, "stats": {**stats, "mean_reward": 0.8}, "accepted": False,
                         "reasons": ["mean reward 0.800 outside [0.2, 0.6]"]},
                        {"difficulty": 3 + i, "stats": stats, "accepted": True, "reasons": []}],
             "stop_reason": "accepted", "bands": bands, "policy": "tiny-agent", "seeds": list(range(20)),
-            "group_size": 16, "settings": {"temperature": 0.7}})
+            "group_size": 16, "settings": {"temperature": 0.7}}).model_dump(mode="json"))
         _write_rows(ws / "adapters" / cap / "metrics.jsonl", metrics_rows(10, 0.3, 0.7 + 0.05 * i))
     _write_rows(ws / "baselines" / "grpo_target" / "metrics.jsonl", metrics_rows(10, 0.33, 0.4))
     base_per_task = {t: float(t in PASSES["base"]) for t in TASKS}
     for variant, passes in PASSES.items():
         per_task = {t: float(t in passes) for t in TASKS}
-        pass1 = bootstrap_mean(list(per_task.values())).model_dump()
-        diff = None if variant == "base" else paired_difference(per_task, base_per_task).model_dump()
+        pass1 = bootstrap_mean(list(per_task.values()))
         stem = variant.replace(":", "-")
-        write_json(ws / "eval" / f"{stem}.json", {
-            "variant": variant, "pass1": pass1, "pass_k": {"1": pass1["mean"]}, "diff_vs_base": diff,
-            "rollouts_used": ROLLOUTS[variant], "n_tasks": len(TASKS),
-            "failures_by_capability": {"precondition_verification": 12 - len(passes), "tool_calling_precision": 2},
-            "per_task": per_task})
+        EvalResult(
+            variant=variant, pass1=pass1, pass_k={"1": pass1.mean},
+            diff_vs_base=None if variant == "base" else paired_difference(per_task, base_per_task),
+            rollouts_used=ROLLOUTS[variant], n_tasks=len(TASKS), trials=1, mean_reward=pass1.mean,
+            failures_by_capability={"precondition_verification": 12 - len(passes), "tool_calling_precision": 2},
+            per_task=per_task,
+        ).write(ws / "eval" / f"{stem}.json")
         if variant in ("base", "trace_moe"):
             write_jsonl(ws / "eval" / f"{stem}.jsonl", [episode(t, t in passes) for t in TASKS])
-    write_json(ws / "composed" / "composition.json", {
-        "format": "tracerl-composition-1", "model_name": "composed", "mode": "moe", "gate_parameters": 1560,
-        "routing_accuracy": {"overall": 0.875, "num_prompts": 16, "method": "per-token majority of the gates",
-                             "per_capability": {"precondition_verification": 0.9, "tool_calling_precision": 0.85}}})
+    CompositionSpec(
+        model_name="composed", mode="moe", base="tiny-agent",
+        adapters=[AdapterRef(name=c, path=f"../adapters/{c}") for c in CAPABILITIES],
+        capabilities=[Capability(name=c, description=f"{c} description") for c in CAPABILITIES],
+        slots=["base", *CAPABILITIES], gate_parameters=1560,
+        routing_accuracy=RoutingAccuracy(overall=0.875, num_prompts=16, method="per-token majority of the gates",
+                                         per_capability={"precondition_verification": 0.9, "tool_calling_precision": 0.85}),
+    ).write(ws / "composed" / "composition.json")
     return ws
 
 
@@ -169,7 +180,7 @@ def load_summary(ws: Path) -> dict:
 
 def summary_of(ws: Path) -> dict:
     """report.json's content without drawing the figures (the data path only: fast)."""
-    return json.loads(json.dumps(load_report_data(ws).summary()))
+    return load_report_data(ws).summary().model_dump(mode="json")
 
 
 def page_of(ws: Path) -> str:
@@ -198,6 +209,7 @@ def test_report_of_a_complete_workspace(built):
     assert f"report: {ws / 'report' / 'index.html'}" in output and "trace_moe" in output
 
     summary = load_summary(ws)
+    assert ReportSummary.read(ws / "report" / "report.json").model_dump(mode="json") == summary
     evaluation = summary["evaluation"]
     assert list(evaluation) == ["base", "prompt_capabilities", "grpo_target", "adapter:precondition_verification",
                                 "adapter:structured_data_reasoning", "adapter:tool_calling_precision",
@@ -222,8 +234,8 @@ def test_report_of_a_complete_workspace(built):
     assert all(not e["base"]["passed"] and e["trace"]["passed"] for e in summary["examples"])
     assert summary["missing"] == {}
     assert summary["base_rollouts"] == {"trajectories": 9, "passed": 3}
-    assert summary["calibration"]["tool_calling_precision"]["pass_at_k"]["16"] == 0.81
-    assert summary["training"]["precondition_verification"]["final"]["rollouts"] == 640
+    assert summary["calibration"]["tool_calling_precision"]["stats"]["pass_at_k"]["16"] == 0.81
+    assert summary["training"]["precondition_verification"]["final"]["rollouts_used"] == 640
     assert summary["training"]["grpo_target"]["final"]["eval_success"] == pytest.approx(0.33 + 0.07 * 0.9)
 
     figures = summary["figures"]
@@ -257,16 +269,6 @@ def test_sample_efficiency_derived_from_variants_and_grpo_metrics(built):
     assert se["adapters"] == [[640, pytest.approx(p)] for p in sorted([5 / 12, 4 / 12, 4 / 12])]
 
 
-def test_sample_efficiency_from_its_file(tmp_path):
-    ws = make_workspace(tmp_path)
-    write_json(ws / "eval" / "sample_efficiency.json",
-               {"trace": [[1000, 0.45], [0, 0.33], [2120, 0.58]], "grpo_target": [[0, 0.33], [2120, 0.41]]})
-    se = summary_of(ws)["sample_efficiency"]
-    assert se["source"] == "eval/sample_efficiency.json"
-    assert se["trace"] == [[0, 0.33], [1000, 0.45], [2120, 0.58]]
-    assert se["grpo_target"] == [[0, 0.33], [2120, 0.41]]
-
-
 def test_report_is_deterministic_and_a_bad_input_leaves_it_untouched(tmp_path):
     ws = make_workspace(tmp_path)
     assert run_report(ws) == 0
@@ -285,7 +287,7 @@ def test_every_string_from_the_data_is_escaped(tmp_path):
     ws = make_workspace(tmp_path)
     caps = json.loads((ws / "capabilities.json").read_text())
     caps["capabilities"][0]["description"] = '<script>alert("cap")</script> & "quoted"'
-    caps["capabilities"][3]["name"] = "<b>decoy</b>"
+    caps["capabilities"][0]["example_failed"][0]["task_id"] = "<b>decoy</b>"
     write_json(ws / "capabilities.json", caps)
     trajectories = [episode(t, t in PASSES["base"]) for t in TASKS]
     trajectories[1].messages[1] = Message.user('<img src=x onerror="alert(1)"> cancel </div>')
@@ -350,44 +352,51 @@ def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
     assert summary["examples"]  # drawn from trace_router.jsonl
 
 
-def test_the_briefs_flat_shapes_read_the_same(tmp_path):
-    """capabilities with cov_ci/er_plus_zero/task-id examples, top-level calibration stats, `rollouts`,
-    flat routing accuracy: the same figures come out."""
-    ws = make_workspace(tmp_path)
-    reference = summary_of(ws)
-    caps = json.loads((ws / "capabilities.json").read_text())
-    for c in caps["capabilities"]:
-        for old, new in (("cov_ci95", "cov_ci"), ("delta_ci95", "delta_ci"), ("er_plus_flag", "er_plus_zero")):
-            if old in c:
-                c[new] = c.pop(old)
-        c["example_failed"] = [e["task_id"] for e in c.get("example_failed", [])]
-    write_json(ws / "capabilities.json", caps)
-    for cap in CAPABILITIES:
-        path = ws / "envs" / cap / "calibration.json"
-        cal = json.loads(path.read_text())
-        write_json(path, {**cal.pop("stats"), **cal})
-        path = ws / "adapters" / cap / "metrics.jsonl"
-        rows = [json.loads(line) for line in path.read_text().splitlines()]
-        _write_rows(path, [{("rollouts" if k == "rollouts_used" else k): v for k, v in r.items()} for r in rows])
-    write_json(ws / "composed" / "composition.json", {
-        "routing_accuracy": {"precondition_verification": 0.9, "tool_calling_precision": 0.85, "overall": 0.875}})
-    summary = summary_of(ws)
-    for key in ("evaluation", "routing_accuracy", "routing_accuracy_by_capability", "sample_efficiency"):
-        assert summary[key] == reference[key], key
-    for cap in CAPABILITIES:
-        assert summary["training"][cap]["final"] == reference["training"][cap]["final"]
-        for field in ("mean_reward", "pass_at_k", "accepted", "difficulty"):
-            assert summary["calibration"][cap][field] == reference["calibration"][cap][field]
-    for new, ref in zip(summary["capabilities"]["capabilities"], reference["capabilities"]["capabilities"], strict=True):
-        for field in ("cov_ci", "delta_ci", "er_plus_zero"):
-            assert new[field] == ref[field]
-        assert [e["task_id"] for e in new["example_failed"]] == [e["task_id"] for e in ref["example_failed"]]
+def _rename_in_capabilities(ws: Path) -> None:
+    doc = read_json(ws / "capabilities.json")
+    doc["capabilities"][0]["cov_ci"] = doc["capabilities"][0].pop("cov_ci95")
+    write_json(ws / "capabilities.json", doc)
 
 
-def test_routing_accuracy_as_a_number(tmp_path):
+def _flat_calibration(ws: Path) -> None:
+    path = ws / "envs" / "tool_calling_precision" / "calibration.json"
+    cal = read_json(path)
+    write_json(path, {**cal.pop("stats"), **cal})
+
+
+def _rollouts_for_rollouts_used(ws: Path) -> None:
+    (ws / "adapters" / "tool_calling_precision" / "metrics.jsonl").write_text('{"step": 0, "rollouts": 0}\n')
+
+
+def _routing_accuracy_as_a_number(ws: Path) -> None:
+    write_json(ws / "composed" / "composition.json", {**read_json(ws / "composed" / "composition.json"), "routing_accuracy": 0.5})
+
+
+def _older_composition_format(ws: Path) -> None:
+    write_json(ws / "composed" / "composition.json",
+               {**read_json(ws / "composed" / "composition.json"), "format": "tracerl.composition/1"})
+
+
+def _variant_of_another_file(ws: Path) -> None:
+    (ws / "eval" / "grpo_target.json").write_text((ws / "eval" / "base.json").read_text())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_rename_in_capabilities, "capabilities.json: missing field 'capabilities.0.cov_ci95' (and 1 more)"),
+    (_flat_calibration, "calibration.json: missing field 'stats'"),
+    (_rollouts_for_rollouts_used, "metrics.jsonl:1: missing field 'rollouts_used' (and 1 more)"),
+    (_routing_accuracy_as_a_number, "composition.json: field 'routing_accuracy'"),
+    (_older_composition_format, "composition.json: field 'format': Value error, unknown format 'tracerl.composition/1'"),
+    (_variant_of_another_file, "grpo_target.json: variant 'base' does not match the file name"),
+], ids=["renamed-field", "flat-calibration", "rollouts", "routing-number", "old-format", "variant"])
+def test_a_file_that_does_not_fit_its_contract_is_a_one_line_error(tmp_path, capsys, edit, message):
+    """Each file has one shape: an old field name or another shape is an error naming the file, not read."""
     ws = make_workspace(tmp_path)
-    write_json(ws / "composed" / "composition.json", {"routing_accuracy": 0.5})
-    assert summary_of(ws)["routing_accuracy"] == 0.5
+    edit(ws)
+    assert run_report(ws) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (ws / "report").exists()
 
 
 def test_unequal_budgets_are_flagged(tmp_path):
@@ -399,16 +408,14 @@ def test_unequal_budgets_are_flagged(tmp_path):
 
 @pytest.mark.parametrize("path, content, message", [
     ("capabilities.json", '{"capabilities": [', "capabilities.json:1: not valid JSON"),
-    ("capabilities.json", '{"capabilities": [{"name": "x"}]}', "capabilities.json: missing field 'capabilities.0.selected'"),
-    ("envs/tool_calling_precision/calibration.json", '{"pass_at_k": {"one": 0.5}}', "calibration.json: field 'pass_at_k'"),
-    ("adapters/tool_calling_precision/metrics.jsonl", '{"step": 0, "rollouts": 0}\n{"rollouts": 64}\n',
+    ("capabilities.json", '{"capabilities": [{"name": "x"}]}', "capabilities.json: missing field 'params'"),
+    ("envs/tool_calling_precision/calibration.json", '{"pass_at_k": {"one": 0.5}}', "calibration.json: missing field"),
+    ("adapters/tool_calling_precision/metrics.jsonl", '{"step": 0, "rollouts_used": 0}\n{"rollouts_used": 64}\n',
      "metrics.jsonl:2: missing field 'step'"),
     ("eval/base.json", '{"variant": "base", "pass1": {"mean": 1.5, "low": 0.2, "high": 0.4}, "rollouts_used": 0}',
      "base.json: field 'pass1'"),
-    ("eval/grpo_target.json", '{"variant": "base", "pass1": {"mean": 0.5, "low": 0.4, "high": 0.6}, "rollouts_used": 0}',
-     "grpo_target.json: variant 'base' does not match the file name"),
     ("eval/trace_moe.jsonl", '{"task_id": "t"}\n', "trace_moe.jsonl:1: missing field"),
-    ("composed/composition.json", '{"routing_accuracy": "high"}', "composition.json: routing_accuracy must be"),
+    ("composed/composition.json", '{"routing_accuracy": "high"}', "composition.json: missing field 'model_name'"),
     ("config.yaml", "a: [1, 2\n", "config.yaml:"),
 ])
 def test_a_malformed_file_is_a_one_line_error_naming_it(tmp_path, capsys, path, content, message):

@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from tracerl.config import RunConfig
+from tracerl.contracts import EnvIndex, EnvRecord
 from tracerl.pipeline import SECTIONS, Pipeline
 from tracerl.stages import Stage, View, fingerprint, is_complete
 
@@ -113,7 +114,8 @@ def build_workspace(ws: Path, config: RunConfig) -> None:
 def write_output(ws: Path, out: str, content: str) -> None:
     """A stand-in for one output: the environment index keeps its capabilities (the graph reads them)."""
     if out == "envs/index.json":
-        write(ws / out, json.dumps({"capabilities": CAPS, "synthesis": {"content": content}}))
+        EnvIndex(target=f"airline ({content})", generator="template", environments=[
+            EnvRecord(capability=c, status="DONE", environment=c, source="template") for c in CAPS]).write(ws / out)
     elif out in {f"envs/{cap}" for cap in CAPS}:
         write(ws / out / "env.json", json.dumps({"capability": Path(out).name, "content": content}))
     else:

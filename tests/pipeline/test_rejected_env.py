@@ -9,6 +9,7 @@ import pytest
 
 from tracerl.cli import main
 from tracerl.config import load_run_config
+from tracerl.contracts import CapabilitiesFile, EnvIndex, EnvRecord, LabelerInfo, SelectionSettings, Totals
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_json, write_jsonl
 from tracerl.evaluation.report_data import load_report_data
@@ -36,10 +37,14 @@ def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: boo
     config = tmp_path / "run.yaml"
     config.write_text(f"train_rejected: {str(train_rejected).lower()}\n")
     ws = tmp_path / "ws"
-    write_json(ws / "envs" / "index.json", {"capabilities": [CAP], "synthesis": {}})
+    EnvIndex(target="airline", generator="template", environments=[
+        EnvRecord(capability=CAP, status="DONE", environment=CAP, source="template")]).write(ws / "envs" / "index.json")
     write_json(ws / "envs" / CAP / "calibration.json", calibration(accepted))
     write_jsonl(ws / "rollouts" / "base.jsonl", [])
-    write_json(ws / "capabilities.json", {"capabilities": []})
+    CapabilitiesFile(params=SelectionSettings(rho=0.1, delta=0.2, k=1, n=1, bootstrap=0, seed=0),
+                     totals=Totals(trajectories=0, failed=0, passed=0),
+                     labeler=LabelerInfo(name="rules", deterministic=True, note=""), unlabelled_pairs=0,
+                     capabilities=[]).write(ws / "capabilities.json")
     for stage in Pipeline(load_run_config(config), ws).stages()[:3]:
         write_json(ws / ".stages" / f"{stage.name}.json", {"fingerprint": fingerprint(ws, stage), "summary": {}})
     return config, ws
@@ -77,7 +82,7 @@ def test_the_report_marks_an_adapter_trained_on_a_rejected_environment(tmp_path)
         (ws / "adapters" / cap / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_json(ws / "envs" / "unused" / "calibration.json", calibration(False))  # rejected, not trained: no mark
     data = load_report_data(ws)
-    assert data.trained_rejected == [CAP] and data.summary()["trained_rejected"] == [CAP]
+    assert data.trained_rejected == [CAP] and data.summary().trained_rejected == [CAP]
     page = render_html(data, {})
     assert page.count("rejected by calibration, trained anyway") == 2  # its calibration row and its training curve
     calibration_section = page[page.index('id="calibration"'):page.index('id="training"')]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tracerl.selection.catalogue import Capability, builtin_capabilities, default_rubric
+from tracerl.contracts import Capability, default_rubric
+from tracerl.selection.catalogue import builtin_capabilities
 from tracerl.selection.rules import RulesLabeller
 
 CAPS = builtin_capabilities()

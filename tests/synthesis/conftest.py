@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # synthesis_cases (pytest runs with --import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases
 
 from tracerl.synthesis.target import Target, load_target
 

@@ -4,7 +4,10 @@ import json
 
 import pytest
 
+from contract_cases import capabilities_file
+
 from tracerl.cli import main
+from tracerl.contracts import EnvIndex
 from tracerl.core.io import read_json, write_json
 from tracerl.synthesis.checks import validate_env
 from tracerl.synthesis.envdir import load_env_dir, load_env_spec, load_target_json
@@ -13,11 +16,7 @@ BUILTIN = ["precondition_verification", "multi_step_completion", "structured_dat
 
 
 def _capabilities(path, names, extra=()):
-    caps = [{"name": n, "description": f"{n} description", "selected": True, "mean_cov": 0.3, "mean_delta": 0.4}
-            for n in names]
-    caps += [{"name": n, "description": "", "selected": False} for n in extra]
-    write_json(path, {"params": {"rho": 0.1}, "totals": {"failed": 10}, "capabilities": caps})
-    return path
+    return capabilities_file(path, names, list(extra))
 
 
 @pytest.mark.parametrize("which", ["airline", "retail"])
@@ -27,8 +26,8 @@ def test_synthesize_templates_without_calibration(which, request, tmp_path, caps
     out = tmp_path / "envs"
     assert main(["synthesize", "--capabilities", str(caps), "--target", target.source, "--out", str(out),
                  "--no-calibrate", "--json", "--hint-fraction", "0.5"]) == 0
-    records = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in records] == BUILTIN and all(r["status"] == "DONE" for r in records)
+    printed = EnvIndex.model_validate(json.loads(capsys.readouterr().out))
+    assert [r.capability for r in printed.environments] == BUILTIN and printed.built() == BUILTIN
     for name in BUILTIN:
         spec = load_env_spec(out / name)
         assert (spec.source, spec.template, spec.target, spec.difficulty) == ("template", name, target.name, 1)
@@ -38,8 +37,9 @@ def test_synthesize_templates_without_calibration(which, request, tmp_path, caps
         assert report.passed
         assert not (out / name / "calibration.json").exists()
     assert not (out / "tone_and_empathy").exists()
-    summary = read_json(out / "synthesis.json")
-    assert summary["target"] == target.name and summary["capabilities"][0]["mean_delta"] == 0.4
+    index = EnvIndex.read(out / "index.json")
+    assert index == printed and (index.target, index.generator) == (target.name, "template")
+    assert [r.environment for r in index.environments] == BUILTIN and all(r.calibration is None for r in index.environments)
 
 
 def test_synthesize_reports_a_capability_it_cannot_build(retail, tmp_path, capsys):
@@ -61,8 +61,9 @@ def test_synthesize_and_calibrate_with_a_scripted_base_policy(retail, tmp_path, 
     saved = read_json(out / "multi_step_completion" / "calibration.json")
     assert saved["policy"] == "scripted:0.8" and saved["group_size"] == 4 and len(saved["seeds"]) == 10
     assert saved["settings"]["temperature"] == 0.7
-    record = read_json(out / "synthesis.json")["capabilities"][0]
-    assert record["calibration"]["difficulty"] == saved["difficulty"]
+    (record,) = EnvIndex.read(out / "index.json").environments
+    assert record.calibration.difficulty == saved["difficulty"]
+    assert record.calibration.success_rate == saved["stats"]["success_rate"]
     assert "pass@1" in capsys.readouterr().out
     # calibrate again on its own, with other bands
     bands = tmp_path / "bands.json"
@@ -79,6 +80,10 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
     none = _capabilities(tmp_path / "none.json", [], extra=["tone_and_empathy"])
     broken = tmp_path / "broken.json"
     broken.write_text('{"capabilities": [\n oops')
+    renamed = tmp_path / "renamed.json"  # a field under a name capabilities.json does not have
+    doc = read_json(caps)
+    doc["capabilities"][0]["cov_ci"] = doc["capabilities"][0].pop("cov_ci95")
+    write_json(renamed, doc)
     bands = tmp_path / "bands.json"
     write_json(bands, {"min_std": 0.1})
     out = str(tmp_path / "o")
@@ -93,6 +98,8 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
          "missing.json: no such file"),
         (["synthesize", "--capabilities", str(broken), "--target", retail.source, "--out", out], "broken.json:2: not valid JSON"),
         (["synthesize", "--capabilities", str(none), "--target", retail.source, "--out", out], "no capability is selected"),
+        (["synthesize", "--capabilities", str(renamed), "--target", retail.source, "--out", out],
+         "renamed.json: missing field 'capabilities.0.cov_ci95' (and 1 more)"),
         (["synthesize", "--capabilities", str(caps), "--target", str(tmp_path / "x.json"), "--out", out],
          "x.json: no such file (the target is 'airline' or a path to a tools.json)"),
         (["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", out, "--generator", "magic"],

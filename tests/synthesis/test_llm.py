@@ -6,10 +6,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import synthesis_cases as cases
+from contract_cases import capabilities_file
 from openai import OpenAI
 
 from tracerl.cli import main
-from tracerl.core.io import read_json, write_json
+from tracerl.contracts import EnvIndex
+from tracerl.core.io import read_json
 from tracerl.synthesis.checks import play
 from tracerl.synthesis.envdir import load_env_dir, load_env_spec
 from tracerl.synthesis.llm import extract_code, generate_env_module
@@ -108,11 +110,8 @@ def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_pa
 
 
 def test_synthesize_command_with_an_llm(retail, tmp_path, capsys):
-    caps = tmp_path / "capabilities.json"
-    write_json(caps, {"params": {}, "totals": {}, "capabilities": [
-        {"name": "look_before_acting", "description": "Read first.", "selected": True,
-         "example_failed": [{"task_id": "7", "evidence": "cancelled without reading"}]},
-        {"name": "tone_and_empathy", "description": "Be nice.", "selected": False}]})
+    caps = capabilities_file(tmp_path / "capabilities.json", ["look_before_acting"], ["tone_and_empathy"],
+                             examples={"look_before_acting": [("7", "cancelled without reading")]})
     out = tmp_path / "envs"
     with CannedServer([cases.fenced(cases.drifted_schema()), cases.fenced(cases.GOOD)]) as server:
         code = main(["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", str(out),
@@ -127,8 +126,7 @@ def test_synthesize_command_with_an_llm(retail, tmp_path, capsys):
     make_env = load_env_dir(env_dir)
     env = make_env()
     assert play(env, 5, env.oracle(5))[0] == 1.0
-    summary = read_json(out / "synthesis.json")
-    (record,) = summary["capabilities"]
-    assert (record["name"], record["status"], record["source"]) == ("look_before_acting", "DONE", "llm")
-    assert record["environment"] == str(env_dir) and record["description"] == "Read first."
+    (record,) = EnvIndex.read(out / "index.json").environments
+    assert (record.capability, record.status, record.source) == ("look_before_acting", "DONE", "llm")
+    assert record.environment == "look_before_acting" and spec.description == "look_before_acting description"
     assert "schema: tool 'cancel_pending_order' requires []" in server.requests[1]["messages"][-1]["content"]

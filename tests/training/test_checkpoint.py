@@ -4,9 +4,11 @@ import os
 import pathlib
 import shutil
 
+import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
+from tracerl.core.errors import InputError
 from tracerl.training import checkpoint as ckpt
 
 
@@ -23,7 +25,7 @@ def _model_and_optimizer(tiny_model):
 def test_interrupted_swap_falls_back_to_the_previous_checkpoint(tiny_model, tmp_path):
     model, optimizer, params = _model_and_optimizer(tiny_model)
     ckpt.save_checkpoint(tmp_path, model, optimizer, ckpt.TrainState(step=3, rollouts_used=96, metrics_rows=4),
-                         [ckpt.rng_state()], [{"step": i} for i in range(4)])
+                         [ckpt.rng_state()], [{"step": i, "rollouts_used": 32 * i} for i in range(4)])
     saved = [p.detach().clone() for p in params]
     # a kill between "checkpoint → .checkpoint.old" and "new → checkpoint" leaves only the old one
     os.replace(tmp_path / "checkpoint", tmp_path / ".checkpoint.old")
@@ -70,7 +72,7 @@ def test_a_kill_at_every_write_of_a_checkpoint_leaves_one_whole_step(tiny_model,
             for p in params:
                 p.fill_(float(step))
         optimizer.state[params[0]]["exp_avg"].fill_(float(step))
-        return ckpt.TrainState(step=step, rollouts_used=8 * step, metrics_rows=step + 1), [{"step": i} for i in range(step + 1)]
+        return ckpt.TrainState(step=step, rollouts_used=8 * step, metrics_rows=step + 1), [{"step": i, "rollouts_used": 8 * i} for i in range(step + 1)]
 
     real = {"replace": os.replace, "rmtree": shutil.rmtree, "save": torch.save, "write_text": pathlib.Path.write_text,
             "save_pretrained": model.save_pretrained}
@@ -109,7 +111,7 @@ def test_a_kill_at_every_write_of_a_checkpoint_leaves_one_whole_step(tiny_model,
         rows = ckpt.checkpoint_metrics(found, state, out / "metrics.jsonl")
         step = state.step
         assert step in (3, 4) and (not finished or step == 4)
-        assert (state.rollouts_used, state.metrics_rows, rows) == (8 * step, step + 1, [{"step": i} for i in range(step + 1)])
+        assert (state.rollouts_used, state.metrics_rows, rows) == (8 * step, step + 1, [{"step": i, "rollouts_used": 8 * i} for i in range(step + 1)])
         assert all(torch.equal(p, torch.full_like(p, float(step))) for p in params)
         assert torch.equal(optimizer.state[params[0]]["exp_avg"], torch.full_like(params[0], float(step)))
         # the next write cleans up whatever the kill left behind
@@ -123,19 +125,32 @@ def _with_rng(state, rows):
     return state, [ckpt.rng_state()], rows
 
 
+ROW0 = {"step": 0, "rollouts_used": 0, "eval_success": 0.25}
+ROW1 = {"step": 1, "rollouts_used": 8, "reward_mean": 0.5}
+
+
 def test_resume_keeps_the_checkpoint_rows_not_later_ones(tmp_path):
     """metrics.jsonl may hold a row the killed run logged after its last checkpoint: the checkpoint's rows win."""
     state = ckpt.TrainState(step=1, metrics_rows=2)
-    (tmp_path / "metrics.jsonl").write_text(ckpt.metrics_text([{"step": 0}, {"step": 1}, {"step": 2, "late": True}]))
+    (tmp_path / "metrics.jsonl").write_text(ckpt.metrics_text([ROW0, ROW1, {"step": 2, "rollouts_used": 16, "loss": 0.25}]))
     folder = tmp_path / "checkpoint"
     folder.mkdir()
-    assert ckpt.checkpoint_metrics(folder, state, tmp_path / "metrics.jsonl") == [{"step": 0}, {"step": 1}]  # no copy: first rows
-    (folder / "metrics.jsonl").write_text(ckpt.metrics_text([{"step": 0}, {"step": 1, "x": 0.5}]))
-    assert ckpt.checkpoint_metrics(folder, state, tmp_path / "metrics.jsonl") == [{"step": 0}, {"step": 1, "x": 0.5}]
-    (folder / "metrics.jsonl").write_text(ckpt.metrics_text([{"step": 0}]))
-    import pytest
-
-    from tracerl.core.errors import InputError
-
+    assert ckpt.checkpoint_metrics(folder, state, tmp_path / "metrics.jsonl") == [ROW0, ROW1]  # no copy: first rows
+    (folder / "metrics.jsonl").write_text(ckpt.metrics_text([ROW0, {**ROW1, "loss": 0.5}]))
+    assert ckpt.checkpoint_metrics(folder, state, tmp_path / "metrics.jsonl") == [ROW0, {**ROW1, "loss": 0.5}]
+    (folder / "metrics.jsonl").write_text(ckpt.metrics_text([ROW0]))
     with pytest.raises(InputError, match="counts 2 metrics rows, 1 found"):
         ckpt.checkpoint_metrics(folder, state, tmp_path / "metrics.jsonl")
+
+
+def test_metrics_rows_are_written_and_read_through_their_contract(tmp_path):
+    """Rows keep exactly the fields logged (none added); a field MetricsRow does not know is refused."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(ckpt.metrics_text([ROW0, ROW1]))
+    assert ckpt.read_metrics(path) == [ROW0, ROW1]
+    assert path.read_text().splitlines()[0] == '{"step":0,"rollouts_used":0,"eval_success":0.25}'
+    with pytest.raises(ValueError, match="rollouts\n"):
+        ckpt.metrics_text([{"step": 0, "rollouts": 0, "rollouts_used": 0}])
+    path.write_text('{"step": 0, "rollouts": 0}\n')
+    with pytest.raises(InputError, match="metrics.jsonl:1: missing field 'rollouts_used'"):
+        ckpt.read_metrics(path)

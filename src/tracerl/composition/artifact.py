@@ -1,8 +1,9 @@
 """The composed-model directory: what `tracerl compose` writes and `load_composed` reads.
 
     composed/
-      composition.json     mode, base and adapter references, capabilities with their slots,
-                           router settings, gate-training summary, measured routing_accuracy
+      composition.json     `tracerl.contracts.CompositionSpec`: mode, base and adapter references,
+                           capabilities in slot order, router settings, gate-training summary,
+                           measured routing_accuracy
       gates.safetensors    moe mode: the per-layer gates (`gates.<layer>.weight|bias`)
       router_head.safetensors  router/merge modes with a fitted label head (`weight`, `bias`)
 
@@ -18,63 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from safetensors.torch import load_file, save_file
 
 from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import MODES, Capability, Composition, compose
-from tracerl.composition.router import BASE_DESCRIPTION, TaskRouter
+from tracerl.composition.composed import Composition, compose
+from tracerl.composition.router import TaskRouter
+from tracerl.contracts import AdapterRef, CompositionSpec, RouterSettings
 from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error, read_json, write_json
 
 SPEC_FILE = "composition.json"
 GATES_FILE = "gates.safetensors"
 ROUTER_HEAD_FILE = "router_head.safetensors"
-FORMAT = "tracerl.composition/1"
-
-
-class AdapterRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    path: str
-
-
-class CapabilitySlot(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    description: str = ""
-    slot: int
-
-
-class RouterSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    labels: list[str]
-    base_description: str = BASE_DESCRIPTION
-    top_p: float = 0.9
-    kind: str = "zero-shot"  # or "label-head": the label head was fitted (router_head.safetensors)
-    fit: dict[str, Any] | None = None
-
-
-class CompositionSpec(BaseModel):
-    """composition.json."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format: str = FORMAT
-    model_name: str
-    mode: str
-    base: str
-    adapters: list[AdapterRef]
-    capabilities: list[CapabilitySlot]
-    slots: list[str]
-    gate_parameters: int = 0
-    router: RouterSettings | None = None
-    gate_training: dict[str, Any] | None = None
-    routing_accuracy: dict[str, Any] | None = None
-    template_kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 def reference(path_or_id: str, out: Path) -> str:
@@ -97,7 +52,7 @@ def spec_for(composition: Composition, base: str, out: Path, **extra: Any) -> Co
         mode=composition.mode,
         base=reference(base, out),
         adapters=[AdapterRef(name=a.name, path=reference(a.path, out)) for a in composition.adapters],
-        capabilities=[CapabilitySlot(name=c.name, description=c.description, slot=i) for i, c in enumerate(composition.capabilities, 1)],
+        capabilities=list(composition.capabilities),
         slots=composition.slot_names,
         gate_parameters=composition.gate_parameter_count(),
         router=RouterSettings(labels=router.labels, base_description=router.base_description, top_p=composition.top_p,
@@ -124,23 +79,14 @@ def save_composed(composition: Composition, spec: CompositionSpec, out: str | Pa
         os.replace(tmp, out / ROUTER_HEAD_FILE)
     elif (out / ROUTER_HEAD_FILE).exists():
         (out / ROUTER_HEAD_FILE).unlink()
-    write_json(out / SPEC_FILE, spec.model_dump(mode="json"))
+    spec.write(out / SPEC_FILE)
 
 
 def read_spec(path: str | Path) -> CompositionSpec:
     path = Path(path)
-    spec_path = path / SPEC_FILE
-    if not spec_path.is_file():
+    if not (path / SPEC_FILE).is_file():
         raise InputError(f"not a composed-model directory (no {SPEC_FILE})", path=str(path))
-    try:
-        spec = CompositionSpec.model_validate(read_json(spec_path))
-    except ValidationError as e:
-        raise InputError(describe_validation_error(e), path=str(spec_path)) from None
-    if spec.format != FORMAT:
-        raise InputError(f"unknown format {spec.format!r} (expected {FORMAT!r})", path=str(spec_path))
-    if spec.mode not in MODES:
-        raise InputError(f"unknown mode {spec.mode!r}", path=str(spec_path))
-    return spec
+    return CompositionSpec.read(path / SPEC_FILE)
 
 
 def load_base(base: str, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
@@ -164,7 +110,7 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
     spec = read_spec(path)
     model, tokenizer = load_base(resolve(spec.base, path), device=device, dtype=dtype)
     adapters = [load_adapter(resolve(a.path, path), name=a.name) for a in spec.adapters]
-    capabilities = [Capability(name=c.name, description=c.description) for c in sorted(spec.capabilities, key=lambda c: c.slot)]
+    capabilities = list(spec.capabilities)
     composition = compose(model, adapters, capabilities, mode=spec.mode)  # type: ignore[arg-type]
     if composition.gates is not None:
         gates_path = path / GATES_FILE

@@ -20,13 +20,14 @@ from typing import Any
 
 from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
 from tracerl.composition.adapters import LoRAAdapter, load_adapter
-from tracerl.composition.artifact import CompositionSpec, load_base, save_composed, spec_for
-from tracerl.composition.composed import MODES, Capability, Composition, compose
+from tracerl.composition.artifact import load_base, save_composed, spec_for
+from tracerl.composition.composed import MODES, Composition, adapter_capability, compose
 from tracerl.composition.examples import examples_from_trajectories
 from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
+from tracerl.contracts import CapabilitiesFile, Capability, CompositionSpec
 from tracerl.core.errors import InputError
-from tracerl.core.io import read_json, read_jsonl
+from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
 
 
@@ -48,24 +49,19 @@ class ComposeOptions:
 
 
 def capabilities_for(adapters: list[LoRAAdapter], capabilities_file: str | None) -> list[Capability]:
-    """One Capability per adapter, in adapter order. A capabilities.json (selection's, or a plain
-    list of {name, description}) must name every adapter, and its selected capabilities must all
-    have one."""
+    """One Capability per adapter, in adapter order. A capabilities.json must name every adapter,
+    and its selected capabilities must all have one; without it each adapter's name is its capability."""
     if capabilities_file is None:
-        return [Capability(name=a.name, description=a.name.replace("_", " ")) for a in adapters]
-    data = read_json(capabilities_file)
-    entries = data.get("capabilities") if isinstance(data, dict) else data
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
-        raise InputError("expected a list of {name, description} (or {'capabilities': [...]})", path=capabilities_file)
-    by_name = {e["name"]: e for e in entries}
+        return [adapter_capability(a.name, a.name.replace("_", " ")) for a in adapters]
+    by_name = {c.name: c for c in CapabilitiesFile.read(capabilities_file).capabilities}
     missing = [a.name for a in adapters if a.name not in by_name]
     if missing:
         raise InputError(f"the capability list does not match the adapters: no capability named {missing}", path=capabilities_file)
     adapter_names = {a.name for a in adapters}
-    orphans = [e["name"] for e in entries if e.get("selected", True) and e["name"] not in adapter_names]
+    orphans = [name for name, c in by_name.items() if c.selected and name not in adapter_names]
     if orphans:
         raise InputError(f"the capability list does not match the adapters: no adapter for {orphans}", path=capabilities_file)
-    return [Capability(name=a.name, description=str(by_name[a.name].get("description", ""))) for a in adapters]
+    return [by_name[a.name].definition() for a in adapters]
 
 
 def split_heldout(trajectories: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:

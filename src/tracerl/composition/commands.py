@@ -79,11 +79,11 @@ def register(app: typer.Typer) -> None:
         table.add_column("capability")
         table.add_column("adapter")
         table.add_column("held-out routing accuracy", justify="right")
-        per = (spec.routing_accuracy or {}).get("per_capability", {})
+        per = spec.routing_accuracy.per_capability if spec.routing_accuracy else {}
         table.add_row("0", "base", "—", "")
-        for c, a in zip(spec.capabilities, spec.adapters, strict=True):
+        for slot, (c, a) in enumerate(zip(spec.capabilities, spec.adapters, strict=True), start=1):
             acc = per.get(c.name)
-            table.add_row(str(c.slot), c.name, a.path, "—" if acc is None else f"{acc:.1%}")
+            table.add_row(str(slot), c.name, a.path, "—" if acc is None else f"{acc:.1%}")
         console.print(table)
-        overall = (spec.routing_accuracy or {}).get("overall")
+        overall = spec.routing_accuracy.overall if spec.routing_accuracy else None
         console.print(f"gate parameters: {spec.gate_parameters:,}   routing accuracy: {'not measured (no --trajectories)' if overall is None else f'{overall:.1%}'}")

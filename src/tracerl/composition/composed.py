@@ -24,26 +24,18 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError
 from torch import nn
 
 from tracerl.composition.adapters import LoRAAdapter, check_adapters
 from tracerl.composition.layers import GatedLoRALinear
 from tracerl.composition.routing import ComposedModel, RoutedCall, routed
+from tracerl.contracts import Capability  # served by one adapter; its slot is its position in the composition + 1
 from tracerl.core.errors import InputError
 from tracerl.models.chat import first_user_turn
 
 Mode = Literal["moe", "router", "merge"]
 MODES: tuple[str, ...] = ("moe", "router", "merge")
-
-
-class Capability(BaseModel):
-    """A capability served by one adapter; its slot is its position in the composition + 1."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    description: str = ""
 
 
 def gate_parameter_count(num_layers: int, hidden_size: int, num_slots: int) -> int:
@@ -161,6 +153,14 @@ def top_p_weights(alpha: torch.Tensor, top_p: float) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
+def adapter_capability(name: str, description: str = "") -> Capability:
+    """The capability an adapter serves: its name is the capability's (snake_case) name."""
+    try:
+        return Capability(name=name, description=description)
+    except ValidationError:
+        raise InputError(f"adapter name {name!r} is not a snake_case capability name (rename its directory)") from None
+
+
 def compose(
     model: nn.Module,
     adapters: list[LoRAAdapter],
@@ -183,7 +183,7 @@ def compose(
         raise InputError("the model is already composed")
     check_adapters(model, adapters, base_ref)
     if capabilities is None:
-        capabilities = [Capability(name=a.name) for a in adapters]
+        capabilities = [adapter_capability(a.name) for a in adapters]
     check_capabilities(capabilities, adapters)
     for p in model.parameters():
         p.requires_grad_(False)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from tracerl.contracts import Capability, EvalResult
 from tracerl.core.messages import Message
 from tracerl.core.policy import Policy, Session
 from tracerl.core.trajectory import Trajectory
@@ -45,26 +45,26 @@ def failures_by_capability(trajectories: Sequence[Trajectory], capabilities: Seq
 
 
 def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollouts_used: int,
-                      capabilities: Sequence[str], base: dict[str, Any] | None = None,
-                      bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """The `eval/<variant>.json` document."""
+                      capabilities: Sequence[str], base: EvalResult | None = None,
+                      bootstrap: int = 2000, seed: int = 0) -> EvalResult:
+    """The `eval/<variant>.json` content."""
     per_task = per_task_pass_rate(trajectories)
     counts = list(successes_by_task(trajectories).values())
     trials = min(n for n, _ in counts) if counts else 0
     ks = [k for k in (1, 2, 4, 8, 16) if k <= trials]
-    return {
-        "variant": variant,
-        "pass1": bootstrap_mean(list(per_task.values()), seed=seed, resamples=bootstrap).model_dump(),
-        "pass_k": {str(k): pass_hat_k(counts, k) for k in ks},
-        "diff_vs_base": None if base is None or variant == "base" else
-        paired_difference(per_task, base["per_task"], seed=seed, resamples=bootstrap).model_dump(),
-        "rollouts_used": int(rollouts_used),
-        "n_tasks": len(per_task),
-        "trials": trials,
-        "mean_reward": sum(t.reward for t in trajectories) / max(1, len(trajectories)),
-        "failures_by_capability": failures_by_capability(trajectories, capabilities),
-        "per_task": per_task,
-    }
+    return EvalResult(
+        variant=variant,
+        pass1=bootstrap_mean(list(per_task.values()), seed=seed, resamples=bootstrap),
+        pass_k={str(k): pass_hat_k(counts, k) for k in ks},
+        diff_vs_base=None if base is None or variant == "base" else
+        paired_difference(per_task, base.per_task, seed=seed, resamples=bootstrap),
+        rollouts_used=int(rollouts_used),
+        n_tasks=len(per_task),
+        trials=trials,
+        mean_reward=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
+        failures_by_capability=failures_by_capability(trajectories, capabilities),
+        per_task=per_task,
+    )
 
 
 class WithSystemNote:
@@ -85,6 +85,6 @@ class WithSystemNote:
         return self.inner.act(sessions)
 
 
-def capability_note(capabilities: Sequence[dict[str, Any]]) -> str:
-    lines = ["Take special care with:"] + [f"- {c['description']}" for c in capabilities]
+def capability_note(capabilities: Sequence[Capability]) -> str:
+    lines = ["Take special care with:"] + [f"- {c.description}" for c in capabilities]
     return "\n".join(lines)

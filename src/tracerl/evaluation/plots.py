@@ -13,7 +13,9 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tracerl.evaluation.report_data import CalibrationFile, CapabilitiesFile, EvalFile, TrainingCurve
+from tracerl.contracts import CapabilitiesFile, EvalResult
+from tracerl.evaluation.report_data import TrainingCurve
+from tracerl.synthesis.calibration import CalibrationResult
 
 COLORS = {
     "base": "#868e96",
@@ -76,10 +78,8 @@ def capability_plot(caps: CapabilitiesFile) -> bytes:
                         color=color, ecolor=color, alpha=0.9, elinewidth=1, capsize=2)
             ax.annotate(c.name, (c.mean_cov, c.mean_delta), textcoords="offset points", xytext=(6, 5),
                         fontsize=8, color=COLORS["ink"])
-        if "rho" in caps.params:
-            ax.axvline(caps.params["rho"], color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
-        if "delta" in caps.params:
-            ax.axhline(caps.params["delta"], color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
+        ax.axvline(caps.params.rho, color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
+        ax.axhline(caps.params.delta, color=COLORS["ink"], ls="--", lw=0.9, alpha=0.6)
         ax.plot([], [], "o", color=COLORS["accent"], label="selected")
         ax.plot([], [], "o", color=COLORS["base"], label="not selected")
         ax.plot([], [], "--", color=COLORS["ink"], alpha=0.6, label="thresholds ρ, δ")
@@ -90,11 +90,11 @@ def capability_plot(caps: CapabilitiesFile) -> bytes:
         return _png(fig)
 
 
-def calibration_plot(calibration: dict[str, CalibrationFile]) -> bytes | None:
+def calibration_plot(calibration: dict[str, CalibrationResult]) -> bytes | None:
     """Per environment: mean reward and success rate; pass@k against k. None when there is nothing to draw."""
     names = list(calibration)
-    has_rates = any(c.mean_reward is not None or c.success_rate is not None for c in calibration.values())
-    has_pass_k = any(c.pass_at_k for c in calibration.values())
+    has_rates = bool(calibration)
+    has_pass_k = any(c.stats.pass_at_k for c in calibration.values())
     if not names or not (has_rates or has_pass_k):
         return None
     panels = int(has_rates) + int(has_pass_k)
@@ -106,13 +106,13 @@ def calibration_plot(calibration: dict[str, CalibrationFile]) -> bytes | None:
             i += 1
             xs = range(len(names))
             width = 0.38
-            mean = [c.mean_reward or 0.0 for c in calibration.values()]
-            success = [c.success_rate or 0.0 for c in calibration.values()]
+            mean = [c.stats.mean_reward for c in calibration.values()]
+            success = [c.stats.success_rate for c in calibration.values()]
             ax.bar([x - width / 2 for x in xs], mean, width, color=COLORS["grpo_target"], label="mean reward")
             ax.bar([x + width / 2 for x in xs], success, width, color=COLORS["accent"], label="success rate")
-            bands = next(((c.band("mean_reward"), c.band("success_rate")) for c in calibration.values()
-                          if c.bands), (None, None))
-            if bands[0] is not None and bands[0] == bands[1]:
+            first = next(iter(calibration.values())).bands
+            bands = (tuple(first.mean_reward), tuple(first.success_rate))
+            if bands[0] == bands[1]:
                 ax.axhspan(*bands[0], color=COLORS["muted"], alpha=0.35, lw=0, zorder=0, label="acceptance band")
             ax.set_xticks(list(xs), [_short(n) for n in names], rotation=20, ha="right", fontsize=8)
             ax.set_ylim(0, 1)
@@ -121,9 +121,9 @@ def calibration_plot(calibration: dict[str, CalibrationFile]) -> bytes | None:
         if has_pass_k:
             ax = axes[i]
             for name, c in calibration.items():
-                if c.pass_at_k:
-                    ks = [int(k) for k in c.pass_at_k]
-                    ax.plot(ks, list(c.pass_at_k.values()), "o-", ms=4, label=_short(name))
+                if c.stats.pass_at_k:
+                    ks = sorted(int(k) for k in c.stats.pass_at_k)
+                    ax.plot(ks, [c.stats.pass_at_k[str(k)] for k in ks], "o-", ms=4, label=_short(name))
             ax.set_xscale("log", base=2)
             ax.set_xlabel("k (samples)")
             ax.set_ylabel("pass@k")
@@ -137,10 +137,10 @@ def training_plot(curve: TrainingCurve) -> bytes:
     """Group reward and success against rollouts consumed, with held-out success where measured."""
     with _figure(5.2, 3.3) as fig:
         ax = fig.add_subplot()
-        x = [r.rollouts for r in curve.rows]
-        reward = [(r.rollouts, r.reward_mean) for r in curve.rows if r.reward_mean is not None]
-        success = [(r.rollouts, r.success_rate) for r in curve.rows if r.success_rate is not None]
-        evals = [(r.rollouts, r.eval_success) for r in curve.rows if r.eval_success is not None]
+        x = [r.rollouts_used for r in curve.rows]
+        reward = [(r.rollouts_used, r.reward_mean) for r in curve.rows if r.reward_mean is not None]
+        success = [(r.rollouts_used, r.success_rate) for r in curve.rows if r.success_rate is not None]
+        evals = [(r.rollouts_used, r.eval_success) for r in curve.rows if r.eval_success is not None]
         if reward:
             ax.plot(*zip(*reward), color=COLORS["grpo_target"], lw=1.6, label="train reward (mean)")
         if success:
@@ -155,7 +155,7 @@ def training_plot(curve: TrainingCurve) -> bytes:
         return _png(fig)
 
 
-def evaluation_plot(evaluation: dict[str, EvalFile]) -> bytes:
+def evaluation_plot(evaluation: dict[str, EvalResult]) -> bytes:
     """pass^1 per variant with its 95% interval; paired difference against base with its interval."""
     names = list(evaluation)
     diffs = [(n, e.diff_vs_base) for n, e in evaluation.items() if e.diff_vs_base is not None and n != "base"]

@@ -6,12 +6,11 @@ succeeded, so a malformed input leaves the previous report untouched.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tracerl.contracts import ReportSummary
 from tracerl.core.io import atomic_write_bytes, atomic_write_text
 from tracerl.evaluation import plots
 from tracerl.evaluation.report_data import ReportData, load_report_data
@@ -32,7 +31,7 @@ class Report:
     html_path: Path
     json_path: Path
     figure_paths: dict[str, Path]  # figure name → PNG path
-    summary: dict[str, Any]  # the content of report.json
+    summary: ReportSummary  # the content of report.json
 
 
 def draw_figures(data: ReportData) -> dict[str, bytes]:
@@ -78,7 +77,7 @@ def build_report(workspace: str | Path) -> Report:
     figures = draw_figures(data)
     files = figure_file_names(list(figures))
     summary = data.summary()
-    summary["figures"] = {name: files[name] for name in figures}
+    summary.figures = {name: files[name] for name in figures}
     page = render_html(data, figures)
 
     out = ws / REPORT_DIR
@@ -90,6 +89,6 @@ def build_report(workspace: str | Path) -> Report:
         if stale not in paths.values():
             stale.unlink()
     json_path, html_path = out / "report.json", out / "index.html"
-    atomic_write_text(json_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    summary.write(json_path)
     atomic_write_text(html_path, page)
     return Report(data=data, html_path=html_path, json_path=json_path, figure_paths=paths, summary=summary)

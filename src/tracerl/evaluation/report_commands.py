@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from tracerl.contracts import ReportSummary
 
 
 def report(
@@ -22,7 +26,7 @@ def report(
 
     result = build_report(workspace)
     if as_json:
-        typer.echo(json.dumps(result.summary, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(result.summary.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print_headline(result.summary, Console())
     err = Console(stderr=True)
@@ -31,26 +35,24 @@ def report(
         err.print("could not start a web browser; open the file above by hand", highlight=False)
 
 
-def print_headline(summary: dict, console) -> None:
+def print_headline(summary: ReportSummary, console) -> None:
     """A rich table of the evaluation (pass^1 with interval, difference vs base, rollouts) and what is missing."""
     from rich.table import Table
 
-    evaluation = summary.get("evaluation") or {}
-    if evaluation:
+    if summary.evaluation:
         table = Table(title="Evaluation on held-out test tasks")
         for column in ("variant", "pass^1", "95% CI", "vs base", "rollouts"):
             table.add_column(column, justify="left" if column == "variant" else "right")
-        trace = (summary.get("headline") or {}).get("trace") or {}
-        for name, e in evaluation.items():
-            p, d = e["pass1"], e["diff_vs_base"]
-            style = "bold" if name == trace.get("variant") else None
-            table.add_row(name, f"{p['mean'] * 100:.1f}%", f"[{p['low'] * 100:.1f}, {p['high'] * 100:.1f}]",
-                          f"{d['mean'] * 100:+.1f}" if d and name != "base" else "—",
-                          f"{e['rollouts_used']:,}", style=style)
+        trace = summary.headline.trace.variant if summary.headline.trace else None
+        for name, e in summary.evaluation.items():
+            p, d = e.pass1, e.diff_vs_base
+            table.add_row(name, f"{p.mean * 100:.1f}%", f"[{p.low * 100:.1f}, {p.high * 100:.1f}]",
+                          f"{d.mean * 100:+.1f}" if d and name != "base" else "—",
+                          f"{e.rollouts_used:,}", style="bold" if name == trace else None)
         console.print(table)
-    if summary.get("routing_accuracy") is not None:
-        console.print(f"routing accuracy: {summary['routing_accuracy'] * 100:.1f}%")
-    for section, why in (summary.get("missing") or {}).items():
+    if summary.routing_accuracy is not None:
+        console.print(f"routing accuracy: {summary.routing_accuracy * 100:.1f}%")
+    for section, why in summary.missing.items():
         console.print(f"[dim]{section}: {why}[/]", highlight=False)
 
 

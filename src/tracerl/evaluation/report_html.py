@@ -11,8 +11,10 @@ from collections.abc import Iterable
 
 from tracerl.core.messages import Message
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.report_data import CalibrationFile, CapabilityRecord, EvalFile, ReportData, TrainingCurve
+from tracerl.contracts import CapabilityResult, EvalResult
+from tracerl.evaluation.report_data import ReportData, TrainingCurve
 from tracerl.evaluation.stats import Interval
+from tracerl.synthesis.calibration import CalibrationResult
 
 TEXT_LIMIT = 600  # characters of a message shown before "… (+N characters)"
 ARGS_LIMIT = 300
@@ -199,13 +201,13 @@ def _card(label: str, big: str, lines: list[str], *, trace: bool = False) -> str
            f'<div class="big">{esc(big)}</div>{sub}</div>'
 
 
-def _variant_card(label: str, e: EvalFile | None, *, trace: bool = False, extra: list[str] | None = None) -> str:
+def _variant_card(label: str, e: EvalResult | None, *, trace: bool = False, extra: list[str] | None = None) -> str:
     if e is None:
         return _card(label, "—", ['<span class="ci">not evaluated yet</span>'], trace=trace)
     lines = [f'<span class="ci">{esc(interval_text(e.pass1))}</span>']
     if e.diff_vs_base is not None and e.variant != "base":
         lines.append(f"vs base: {_signed(e.diff_vs_base)}")
-    lines.append(f"{e.rollouts_used:,} training rollouts · {e.n_tasks if e.n_tasks is not None else len(e.per_task)} tasks")
+    lines.append(f"{e.rollouts_used:,} training rollouts · {e.n_tasks} tasks")
     return _card(label, pct(e.pass1.mean), lines + (extra or []), trace=trace)
 
 
@@ -225,8 +227,8 @@ def _headline(data: ReportData) -> str:
     ]
     if data.routing_accuracy is not None or data.routing_accuracy_by_capability:
         by_cap = " · ".join(f"{esc(k)} {pct(v)}" for k, v in data.routing_accuracy_by_capability.items())
-        method = (data.composition or {}).get("routing_accuracy", {})
-        method = method.get("method") if isinstance(method, dict) else None
+        accuracy = data.composition.routing_accuracy if data.composition else None
+        method = accuracy.method if accuracy else None
         lines = [f'<span class="ci">{by_cap}</span>'] if by_cap else []
         if method:
             lines.append(f'<span class="ci">{esc(method)}</span>')
@@ -241,13 +243,9 @@ def _capabilities(data: ReportData, figures: dict[str, bytes]) -> str:
     if caps is None:
         return head + _missing(data, "capabilities", "the select stage has not run yet.") + "</section>"
     p, t = caps.params, caps.totals
-    params = []
-    if "rho" in p and "delta" in p:
-        params.append(f"selected iff Cov ≥ ρ = {p['rho']:g} and Δ ≥ δ = {p['delta']:g}")
-    if "k" in p and "n" in p:
-        params.append(f"in at least K = {p['k']:g} of N = {p['n']:g} labelling runs")
-    if t:
-        params.append(f"{t.get('failed', '?')} failed / {t.get('passed', '?')} passed trajectories")
+    params = [f"selected iff Cov ≥ ρ = {p.rho:g} and Δ ≥ δ = {p.delta:g}",
+              f"in at least K = {p.k:g} of N = {p.n:g} labelling runs",
+              f"{t.failed} failed / {t.passed} passed trajectories"]
     ordered = sorted(caps.capabilities, key=lambda c: (not c.selected, -(c.mean_delta if c.mean_delta is not None
                                                                          else float("-inf"))))
     rows = [_capability_row(c) for c in ordered]
@@ -258,7 +256,7 @@ def _capabilities(data: ReportData, figures: dict[str, bytes]) -> str:
             + _table(headers, rows) + _img(figures, "capabilities", "coverage vs contrastive gap") + "</section>")
 
 
-def _capability_row(c: CapabilityRecord) -> str:
+def _capability_row(c: CapabilityResult) -> str:
     def stat(mean: float | None, std: float | None, ci: tuple[float | None, float | None] | None) -> str:
         if mean is None:
             return '<td class="num">—</td>'
@@ -269,13 +267,12 @@ def _capability_row(c: CapabilityRecord) -> str:
     selected = '<span class="badge yes">selected</span>' if c.selected else '<span class="badge no">no</span>'
     if c.decoy:
         selected += ' <span class="badge no">decoy</span>'
-    flag = ('<span class="badge warn">ER+ = 0</span>' if c.er_plus_zero
-            else "—" if c.er_plus_zero is None else "no")
+    flag = '<span class="badge warn">ER+ = 0</span>' if c.er_plus_flag else "no"
     examples = ", ".join(f'<span title="{esc(x.evidence)}">{esc(x.task_id)}</span>' if x.evidence else esc(x.task_id)
                          for x in c.example_failed[:4]) + (" …" if len(c.example_failed) > 4 else "")
     return (f'<tr class="{"selected" if c.selected else ""}"><td><b>{esc(c.name)}</b>'
             f'<div class="desc">{esc(c.description)}</div></td><td>{selected}</td>'
-            f"{stat(c.mean_cov, c.std_cov, c.cov_ci)}{stat(c.mean_delta, c.std_delta, c.delta_ci)}"
+            f"{stat(c.mean_cov, c.std_cov, c.cov_ci95)}{stat(c.mean_delta, c.std_delta, c.delta_ci95)}"
             f'<td class="num">{c.runs_passed} / {c.runs_total}</td><td>{flag}</td><td class="desc">{examples}</td></tr>')
 
 
@@ -288,29 +285,28 @@ def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
             "succeeded / every reward was 0 / outcomes were mixed (only mixed groups carry a GRPO signal).</p>")
     if not data.calibration:
         return head + _missing(data, "calibration", "the synthesize stage has not run yet.") + "</section>"
-    ks = sorted({int(k) for c in data.calibration.values() for k in c.pass_at_k})
+    ks = sorted({int(k) for c in data.calibration.values() for k in c.stats.pass_at_k})
     headers = [("environment", False), ("accepted", False), ("difficulty", False), ("mean reward", True),
                ("success", True), ("reward std", True), ("groups ✓ / 0 / mixed", True)] + [
                (f"pass@{k}", True) for k in ks]
     rows = []
     for name, c in data.calibration.items():
-        accepted = ("—" if c.accepted is None else
-                    '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>')
+        accepted = '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>'
         if name in data.trained_rejected:
             accepted += f" {TRAINED_REJECTED}"
-        groups = " / ".join("—" if x is None else f"{x * 100:.0f}%" for x in (c.all_success, c.all_zero, c.informative))
-        cells = [f'<td class="nowrap">{_round_path(c)}</td>', _num(c.mean_reward), _num(c.success_rate),
-                 _num(c.reward_std), f'<td class="num">{groups}</td>'] + [_num(c.pass_at_k.get(str(k))) for k in ks]
+        st = c.stats
+        groups = " / ".join(f"{x * 100:.0f}%" for x in (st.all_success, st.all_zero, st.informative))
+        cells = [f'<td class="nowrap">{_round_path(c)}</td>', _num(st.mean_reward), _num(st.success_rate),
+                 _num(st.reward_std), f'<td class="num">{groups}</td>'] + [_num(st.pass_at_k.get(str(k))) for k in ks]
         rows.append(f"<tr><td><b>{esc(name)}</b></td><td>{accepted}</td>{''.join(cells)}</tr>")
     return head + _table(headers, rows) + _img(figures, "calibration", "calibration of each environment") + "</section>"
 
 
-def _round_path(c: CalibrationFile) -> str:
+def _round_path(c: CalibrationResult) -> str:
     """`2 ✗ → 3 ✓`: the difficulty of each round and whether it was accepted; the stop reason on hover."""
-    path = c.round_path()
-    if not path:
-        return "—" if c.difficulty is None else esc(c.difficulty)
-    marks = " → ".join(f"{'?' if d is None else d}{'' if ok is None else ' ✓' if ok else ' ✗'}" for d, ok in path)
+    if not c.rounds:
+        return esc(c.difficulty)
+    marks = " → ".join(f"{r.difficulty}{' ✓' if r.accepted else ' ✗'}" for r in c.rounds)
     title = f' title="{esc(c.stop_reason)}"' if c.stop_reason else ""
     return f'<span class="desc"{title}>{esc(marks)}</span>'
 
@@ -332,11 +328,11 @@ def _training(data: ReportData, figures: dict[str, bytes]) -> str:
 def _curve_caption(c: TrainingCurve) -> str:
     f = c.final()
     label = "GRPO on the target environment (baseline)" if c.name == "grpo_target" else esc(c.name)
-    parts = [f"<b>{label}</b>", f"{f['rollouts']:,} rollouts in {f['steps']} steps"]
-    if f["reward_mean"] is not None:
-        parts.append(f"final train reward {f['reward_mean']:.2f}")
-    if f["eval_success"] is not None:
-        parts.append(f"held-out success {pct(f['eval_success_start'])} → {pct(f['eval_success'])}")
+    parts = [f"<b>{label}</b>", f"{f.rollouts_used:,} rollouts in {f.steps} steps"]
+    if f.reward_mean is not None:
+        parts.append(f"final train reward {f.reward_mean:.2f}")
+    if f.eval_success is not None:
+        parts.append(f"held-out success {pct(f.eval_success_start)} → {pct(f.eval_success)}")
     return " · ".join(parts)
 
 
@@ -353,7 +349,7 @@ def _evaluation(data: ReportData, figures: dict[str, bytes]) -> str:
         diff = _signed(e.diff_vs_base) if e.diff_vs_base is not None and name != "base" else "—"
         failures = " · ".join(f"{esc(cap)} {n}" for cap, n in sorted(e.failures_by_capability.items(),
                                                                       key=lambda kv: -kv[1]))
-        n_tasks = e.n_tasks if e.n_tasks is not None else len(e.per_task)
+        n_tasks = e.n_tasks
         rows.append(
             f'<tr class="{"selected" if name == data.trace_variant else ""}"><td><b>{esc(name)}</b></td>'
             f'<td class="num">{pct(e.pass1.mean)}</td>'

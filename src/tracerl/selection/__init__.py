@@ -1,6 +1,6 @@
 """TRACE step 1 — contrastive capability selection.
 
-    catalogue   Capability (name, description, rubric, decoy), the built-ins, users' YAML/JSON
+    catalogue   the built-in capabilities (tracerl.contracts.Capability), users' YAML/JSON
     labels      PairLabel / LabelRun, the Labeller interface, label codes
     rules       RulesLabeller: deterministic detectors (the embedded default)
     llm         LLMLabeller over any OpenAI-compatible endpoint; trajectory compaction
@@ -11,7 +11,7 @@
 
 _EXPORTS = {
     "Aggregate": "tracerl.selection.aggregate", "SelectionParams": "tracerl.selection.aggregate",
-    "Capability": "tracerl.selection.catalogue", "Rubric": "tracerl.selection.catalogue",
+    "Capability": "tracerl.contracts", "Rubric": "tracerl.contracts", "CapabilitiesFile": "tracerl.contracts",
     "builtin_capabilities": "tracerl.selection.catalogue", "load_capabilities": "tracerl.selection.catalogue",
     "merge_capabilities": "tracerl.selection.catalogue",
     "LabelRun": "tracerl.selection.labels", "Labeller": "tracerl.selection.labels",

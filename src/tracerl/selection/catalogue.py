@@ -1,6 +1,6 @@
-"""The capability catalogue: what a capability is, the built-in ones, and users' own from YAML/JSON.
+"""The capability catalogue: the built-in capabilities, and users' own from YAML/JSON.
 
-A capability has a snake_case name, a description and a labelling rubric that says what NA,
+A capability (`tracerl.contracts.Capability`) has a snake_case name, a description and a labelling rubric that says what NA,
 PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should never select
 (the agent's failures never hinge on them); they keep the selection honest.
 """
@@ -8,44 +8,14 @@ PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
+from tracerl.contracts import Capability, Rubric
 from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error
-
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
-
-
-class Rubric(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    na: str = Field(description="When the task does not need the capability.")
-    present: str = Field(description="Needed, and the agent exercised it.")
-    lacking: str = Field(description="Needed, and the agent did not.")
-
-
-class Capability(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    description: str
-    rubric: Rubric
-    decoy: bool = False
-    source: Literal["builtin", "user", "discovered"] = "builtin"
-    example_task_ids: list[str] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _snake_case(cls, v: str) -> str:
-        if not NAME_PATTERN.match(v):
-            raise ValueError(f"capability name '{v}' is not snake_case")
-        return v
-
 
 def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
     return Capability(name=name, description=description, rubric=Rubric(na=na, present=present, lacking=lacking), decoy=decoy)
@@ -145,23 +115,12 @@ def load_capabilities(path: str | Path) -> list[Capability]:
         raise InputError("expected a list of capabilities (or a mapping with a 'capabilities' list)", path=str(path))
     out = []
     for i, entry in enumerate(data):
-        if isinstance(entry, dict) and "rubric" not in entry and isinstance(entry.get("description"), str):
-            entry = {**entry, "rubric": default_rubric(entry["description"]).model_dump()}
         try:
             cap = Capability.model_validate({"source": "user", **entry} if isinstance(entry, dict) else entry)
         except ValidationError as e:
             raise InputError(f"capability {i}: {describe_validation_error(e)}", path=str(path)) from None
         out.append(cap)
     return out
-
-
-def default_rubric(description: str) -> Rubric:
-    """A generic rubric for a capability known only by its description."""
-    return Rubric(
-        na=f"The task does not call for this: {description}",
-        present="The task called for it and the agent did it.",
-        lacking="The task called for it and the agent failed to do it.",
-    )
 
 
 def merge_capabilities(base: list[Capability], extra: list[Capability]) -> list[Capability]:

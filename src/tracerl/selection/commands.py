@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from tracerl.contracts import CapabilitiesFile
 
 
 def select(
@@ -89,18 +92,18 @@ def select(
         err.print(f"[yellow]{len(problems)} labelling requests failed (pairs left unlabelled), e.g. {problems[0]}[/]",
                   highlight=False, soft_wrap=True)
     if as_json:
-        typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(document.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print_table(document, out)
 
 
-def print_table(document: dict[str, Any], out: Path) -> None:
+def print_table(document: CapabilitiesFile, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    p, totals = document["params"], document["totals"]
-    table = Table(title=f"capability selection — {totals['failed']} failed / {totals['passed']} passed; "
-                        f"ρ={p['rho']:g} δ={p['delta']:g} K={p['k']} of N={p['n']}")
+    p, totals = document.params, document.totals
+    table = Table(title=f"capability selection — {totals.failed} failed / {totals.passed} passed; "
+                        f"ρ={p.rho:g} δ={p.delta:g} K={p.k} of N={p.n}")
     console = Console()
     wide = console.width >= 120  # the intervals and notes only where they fit
     table.add_column("#", justify="right", no_wrap=True)
@@ -113,28 +116,32 @@ def print_table(document: dict[str, Any], out: Path) -> None:
         table.add_column("Cov 95% CI", justify="right", no_wrap=True)
         table.add_column("Δ 95% CI", justify="right", no_wrap=True)
         table.add_column("note")
-    for c in document["capabilities"]:
+    for c in document.capabilities:
         notes = []
-        if c["decoy"]:
+        if c.decoy:
             notes.append("decoy")
-        if c["er_plus_flag"]:
-            notes.append(f"ER+ empty in {c['er_plus_empty_runs']} runs")
-        if c["unlabelled_pairs"]:
-            notes.append(f"{c['unlabelled_pairs']} unlabelled")
-        row = [str(c["rank"]), c["name"], f"{c['mean_cov']:.2f}", f"{c['mean_delta']:+.2f}",
-               f"{c['runs_passed']}/{c['runs_total']}", "[green]yes[/]" if c["selected"] else "no"]
+        if c.er_plus_flag:
+            notes.append(f"ER+ empty in {c.er_plus_empty_runs} runs")
+        if c.unlabelled_pairs:
+            notes.append(f"{c.unlabelled_pairs} unlabelled")
+        row = [str(c.rank), c.name, _num(c.mean_cov, "{:.2f}"), _num(c.mean_delta, "{:+.2f}"),
+               f"{c.runs_passed}/{c.runs_total}", "[green]yes[/]" if c.selected else "no"]
         if wide:
-            row += [_ci(c["cov_ci95"]), _ci(c["delta_ci95"]), "; ".join(notes)]
+            row += [_ci(c.cov_ci95), _ci(c.delta_ci95), "; ".join(notes)]
         table.add_row(*row)
     console.print(table)
-    console.print(f"labeler {document['labeler']['name']}: {document['labeler']['note']}")
-    if document["unlabelled_pairs"]:
-        console.print(f"[yellow]{document['unlabelled_pairs']} pairs unlabelled (excluded from counts); see {out}/labels/[/]")
+    console.print(f"labeler {document.labeler.name}: {document.labeler.note}")
+    if document.unlabelled_pairs:
+        console.print(f"[yellow]{document.unlabelled_pairs} pairs unlabelled (excluded from counts); see {out}/labels/[/]")
     console.print(f"wrote {out}/capabilities.json and {out}/labels/")
 
 
-def _ci(ci: list[float | None]) -> str:
-    return "" if ci[0] is None else f"[{ci[0]:.2f},{ci[1]:.2f}]"
+def _ci(ci: tuple[float | None, float | None]) -> str:
+    return "" if ci[0] is None or ci[1] is None else f"[{ci[0]:.2f},{ci[1]:.2f}]"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "—" if x is None else fmt.format(x)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error
 from tracerl.core.trajectory import Trajectory
-from tracerl.selection.catalogue import NAME_PATTERN, Capability, Rubric, default_rubric, merge_capabilities
+from tracerl.contracts import CAPABILITY_NAME, Capability, Rubric, default_rubric
+from tracerl.selection.catalogue import merge_capabilities
 from tracerl.selection.llm import ChatClient, compact_trajectory
 
 PROMPT = """Below are transcripts of a tool-using agent: some FAILED, some PASSED.
@@ -35,7 +36,7 @@ class Proposal(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_PATTERN.match(v) or not 2 <= len(v.split("_")) <= 5:
+        if not CAPABILITY_NAME.match(v) or not 2 <= len(v.split("_")) <= 5:
             raise ValueError(f"'{v}' is not a snake_case name of 2-5 words")
         return v
 

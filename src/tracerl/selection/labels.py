@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from tracerl.core.trajectory import Trajectory
-from tracerl.selection.catalogue import Capability
+from tracerl.contracts import Capability
 
 Label = Literal["NA", "PRESENT", "LACKING"]
 LABELS: tuple[Label, ...] = ("NA", "PRESENT", "LACKING")

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from tracerl.core.errors import InputError
 from tracerl.core.trajectory import Trajectory
-from tracerl.selection.catalogue import Capability
+from tracerl.contracts import Capability
 from tracerl.selection.labels import LABELS, PairLabel
 
 T = TypeVar("T")

@@ -27,7 +27,7 @@ from typing import Any
 
 from tracerl.core.messages import Action
 from tracerl.core.trajectory import Trajectory
-from tracerl.selection.catalogue import Capability
+from tracerl.contracts import Capability
 from tracerl.selection.labels import PairLabel
 
 # Errors that mean the call itself was wrong (arguments, ids, names), not that the policy forbade it.

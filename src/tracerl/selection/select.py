@@ -1,21 +1,8 @@
 """Step 1 end to end: label N runs, aggregate, write `DIR/labels/run_XX.json` and `DIR/capabilities.json`.
 
-capabilities.json:
-
-    {"params": {"rho", "delta", "k", "n", "bootstrap", "seed"},
-     "totals": {"trajectories", "failed", "passed"},
-     "labeler": {"name", "deterministic", "note"},
-     "unlabelled_pairs": int,
-     "capabilities": [   # ranked: selected first, then by mean Δ
-        {"name", "description", "source", "decoy", "rubric", "selected", "rank", "status",
-         "mean_cov", "std_cov", "cov_ci95", "mean_delta", "std_delta", "delta_ci95",
-         "mean_er_minus", "mean_er_plus", "runs_passed", "runs_total",
-         "er_plus_empty_runs", "er_plus_flag", "unlabelled_pairs",
-         "per_run": [{"run", "LF", "PF", "NF", "LP", "PP", "NP", "cov", "er_minus", "er_plus", "delta", "passed"}],
-         "example_failed": [{"index", "task_id", "lacking_runs", "evidence"}]}]}
-
-Standard deviations are over runs (population, ddof = 0). `status` is "PENDING" for selected
-capabilities (step 2 sets "DONE") and null otherwise.
+capabilities.json is `tracerl.contracts.CapabilitiesFile`: the parameters, totals and labeller,
+then every candidate capability ranked (selected first, then by mean Δ) with its figures per run
+and over runs. Standard deviations are over runs (population, ddof = 0).
 """
 
 from __future__ import annotations
@@ -27,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
+from tracerl.contracts import (
+    CapabilitiesFile, Capability, CapabilityResult, FailedExample, LabelerInfo, RunFigures, SelectionSettings, Totals,
+)
 from tracerl.core.io import write_json
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.aggregate import Aggregate, SelectionParams, aggregate
-from tracerl.selection.catalogue import Capability
 from tracerl.selection.labels import LabelRun, Labeller, label_codes, make_run
 
 EXAMPLES = 3
@@ -73,63 +62,58 @@ def _num(x: Any) -> float | None:
 def capabilities_document(
     capabilities: list[Capability], runs: list[LabelRun], trajectories: list[Trajectory], params: SelectionParams,
     labeler_name: str, deterministic: bool,
-) -> dict[str, Any]:
-    """Aggregate the runs and build the capabilities.json document."""
+) -> CapabilitiesFile:
+    """Aggregate the runs into capabilities.json's content."""
     passed = np.array([t.passed for t in trajectories], dtype=bool)
     agg = aggregate(label_codes(runs), passed, params)
     caps = []
     for rank, c in enumerate(agg.order, start=1):
-        cap = capabilities[c]
-        caps.append({
-            "name": cap.name,
-            "description": cap.description,
-            "source": cap.source,
-            "decoy": cap.decoy,
-            "rubric": cap.rubric.model_dump(),
-            "selected": bool(agg.selected[c]),
-            "rank": rank,
-            "status": "PENDING" if agg.selected[c] else None,
-            "mean_cov": _num(agg.mean_cov[c]),
-            "std_cov": _num(agg.std_cov[c]),
-            "cov_ci95": [_num(v) for v in agg.cov_ci95[c]],
-            "mean_delta": _num(agg.mean_delta[c]),
-            "std_delta": _num(agg.std_delta[c]),
-            "delta_ci95": [_num(v) for v in agg.delta_ci95[c]],
-            "mean_er_minus": _num(agg.mean_er_minus[c]),
-            "mean_er_plus": _num(agg.mean_er_plus[c]),
-            "runs_passed": int(agg.runs_passed[c]),
-            "runs_total": len(runs),
-            "er_plus_empty_runs": int(agg.er_plus_empty_runs[c]),
-            "er_plus_flag": bool(agg.er_plus_empty_runs[c] > 0),
-            "unlabelled_pairs": int(agg.unlabelled[c]),
-            "per_run": _per_run(agg, c),
-            "example_failed": _examples(agg, c, runs, passed),
-        })
+        caps.append(CapabilityResult(
+            **capabilities[c].model_dump(),
+            selected=bool(agg.selected[c]),
+            rank=rank,
+            status="PENDING" if agg.selected[c] else None,
+            mean_cov=_num(agg.mean_cov[c]),
+            std_cov=_num(agg.std_cov[c]),
+            cov_ci95=tuple(_num(v) for v in agg.cov_ci95[c]),
+            mean_delta=_num(agg.mean_delta[c]),
+            std_delta=_num(agg.std_delta[c]),
+            delta_ci95=tuple(_num(v) for v in agg.delta_ci95[c]),
+            mean_er_minus=_num(agg.mean_er_minus[c]),
+            mean_er_plus=_num(agg.mean_er_plus[c]),
+            runs_passed=int(agg.runs_passed[c]),
+            runs_total=len(runs),
+            er_plus_empty_runs=int(agg.er_plus_empty_runs[c]),
+            er_plus_flag=bool(agg.er_plus_empty_runs[c] > 0),
+            unlabelled_pairs=int(agg.unlabelled[c]),
+            per_run=_per_run(agg, c),
+            example_failed=_examples(agg, c, runs, passed),
+        ))
     n_failed = int((~passed).sum())
     note = (
         "the rules labeller is deterministic: every run gives identical labels, so K-of-N is met trivially"
         if deterministic else f"{len(runs)} independent runs with distinct seeds"
     )
-    return {
-        "params": {"rho": params.rho, "delta": params.delta, "k": params.k, "n": params.runs,
-                   "bootstrap": params.bootstrap, "seed": params.seed},
-        "totals": {"trajectories": len(trajectories), "failed": n_failed, "passed": len(trajectories) - n_failed},
-        "labeler": {"name": labeler_name, "deterministic": deterministic, "note": note},
-        "unlabelled_pairs": int(agg.unlabelled.sum()),
-        "capabilities": caps,
-    }
+    return CapabilitiesFile(
+        params=SelectionSettings(rho=params.rho, delta=params.delta, k=params.k, n=params.runs,
+                                 bootstrap=params.bootstrap, seed=params.seed),
+        totals=Totals(trajectories=len(trajectories), failed=n_failed, passed=len(trajectories) - n_failed),
+        labeler=LabelerInfo(name=labeler_name, deterministic=deterministic, note=note),
+        unlabelled_pairs=int(agg.unlabelled.sum()),
+        capabilities=caps,
+    )
 
 
-def _per_run(agg: Aggregate, c: int) -> list[dict[str, Any]]:
+def _per_run(agg: Aggregate, c: int) -> list[RunFigures]:
     return [
-        {"run": r, "LF": int(m.LF[c]), "PF": int(m.PF[c]), "NF": int(m.NF[c]), "LP": int(m.LP[c]), "PP": int(m.PP[c]),
-         "NP": int(m.NP[c]), "cov": _num(m.cov[c]), "er_minus": _num(m.er_minus[c]), "er_plus": _num(m.er_plus[c]),
-         "delta": _num(m.delta[c]), "passed": bool(agg.passes[r, c])}
+        RunFigures(run=r, LF=int(m.LF[c]), PF=int(m.PF[c]), NF=int(m.NF[c]), LP=int(m.LP[c]), PP=int(m.PP[c]),
+                   NP=int(m.NP[c]), cov=_num(m.cov[c]), er_minus=_num(m.er_minus[c]), er_plus=_num(m.er_plus[c]),
+                   delta=_num(m.delta[c]), passed=bool(agg.passes[r, c]))
         for r, m in enumerate(agg.runs)
     ]
 
 
-def _examples(agg: Aggregate, c: int, runs: list[LabelRun], passed: np.ndarray) -> list[dict[str, Any]]:
+def _examples(agg: Aggregate, c: int, runs: list[LabelRun], passed: np.ndarray) -> list[FailedExample]:
     """Failed trajectories most often labelled LACKING for capability c (ties: file order)."""
     counts = agg.lacking_runs[:, c]
     failed = np.flatnonzero(~passed & (counts > 0))
@@ -138,12 +122,9 @@ def _examples(agg: Aggregate, c: int, runs: list[LabelRun], passed: np.ndarray) 
     out = []
     for t in ranked:
         evidence = next(run.trajectories[t].labels[name].evidence for run in runs if run.trajectories[t].labels[name].label == "LACKING")
-        out.append({"index": int(t), "task_id": runs[0].trajectories[t].task_id, "lacking_runs": int(counts[t]), "evidence": evidence})
+        out.append(FailedExample(index=int(t), task_id=runs[0].trajectories[t].task_id, lacking_runs=int(counts[t]),
+                                 evidence=evidence))
     return out
-
-
-def write_selection(out_dir: Path, document: dict[str, Any]) -> None:
-    write_json(out_dir / "capabilities.json", document)
 
 
 def select_capabilities(
@@ -153,11 +134,11 @@ def select_capabilities(
     params: SelectionParams = SelectionParams(),
     out_dir: Path | None = None,
     on_run: Callable[[int], None] | None = None,
-) -> tuple[dict[str, Any], list[LabelRun]]:
+) -> tuple[CapabilitiesFile, list[LabelRun]]:
     """Step 1 in one call (what `tracerl select` and the pipeline run): label N runs, aggregate,
     and — with `out_dir` — write `labels/run_XX.json` and then `capabilities.json`."""
     runs = label_runs(labeller, trajectories, capabilities, params, out_dir=out_dir, on_run=on_run)
     document = capabilities_document(capabilities, runs, trajectories, params, labeller.name, labeller.deterministic)
     if out_dir is not None:
-        write_selection(out_dir, document)
+        document.write(out_dir / "capabilities.json")
     return document, runs

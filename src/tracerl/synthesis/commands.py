@@ -60,7 +60,7 @@ def _calibrate_with_progress(env_dir: Path, policy: Any, seeds: int, group_size:
 def synthesize(
     capabilities: Path = typer.Option(..., "--capabilities", help="capabilities.json from `tracerl select`."),
     target: str = typer.Option(..., "--target", help="'airline' (built-in) or a τ²-bench tools.json."),
-    out: Path = typer.Option(..., "--out", help="Folder for the env directories (<out>/<capability>/)."),
+    out: Path = typer.Option(..., "--out", help="Folder for the env directories (<out>/<capability>/) and <out>/index.json."),
     generator: str = typer.Option("template", "--generator", help="'template' (built-in, LLM for the rest) or 'llm'."),
     no_calibrate: bool = typer.Option(False, "--no-calibrate", help="Skip calibration."),
     difficulty: int = typer.Option(1, "--difficulty", min=0, max=4, help="Starting difficulty (0–4)."),
@@ -81,13 +81,13 @@ def synthesize(
     from rich.console import Console
     from rich.table import Table
 
-    from tracerl.core.io import write_json
-    from tracerl.synthesis.synthesize import read_selected_capabilities, synthesize_capability
+    from tracerl.contracts import CapabilitiesFile
+    from tracerl.synthesis.synthesize import env_record, synthesize_capability, write_env_index
     from tracerl.synthesis.target import load_target
 
     if generator not in ("template", "llm"):
         raise InputError(f"--generator must be 'template' or 'llm', got '{generator}'")
-    caps = read_selected_capabilities(capabilities)
+    caps = CapabilitiesFile.read(capabilities).selected()
     if not caps:
         raise InputError("no capability is selected", path=str(capabilities))
     tgt = load_target(target)
@@ -108,17 +108,11 @@ def synthesize(
             assert outcome.env_dir is not None
             calibration = _calibrate_with_progress(outcome.env_dir, policy, seeds, group_size, band_config, max_rounds,
                                                    {"temperature": temperature, "model": model, "seed": seed})
-        record = {**cap, "status": "DONE" if outcome.ok else "FAILED",
-                  "environment": str(outcome.env_dir) if outcome.env_dir else None, "source": outcome.source,
-                  "checks": outcome.checks.model_dump() if outcome.checks else None, "error": outcome.error}
-        if calibration is not None:
-            record["calibration"] = {"accepted": calibration.accepted, "difficulty": calibration.difficulty,
-                                     "stop_reason": calibration.stop_reason, **calibration.stats.model_dump()}
-        records.append(record)
+        records.append(env_record(outcome, calibration, out))
         rows.append((outcome, calibration))
-    write_json(out / "synthesis.json", {"target": tgt.name, "generator": generator, "capabilities": records})
+    index = write_env_index(out, tgt.name, generator, records)  # type: ignore[arg-type]
     if as_json:
-        typer.echo(json.dumps(records, indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(index.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         table = Table(title=f"environments for {tgt.name}")
         for col in ("capability", "source", "oracle 1.0", "schema", "band", "diff.", "pass@1/16"):

@@ -3,7 +3,8 @@
 `synthesize_capability` builds one env directory (template when one fits and the generator is
 "template", else an LLM-written module checked in the sandbox); `calibrate_env_dir` measures the
 base policy on it, moves its difficulty into TRACE's bands when it can, and writes
-calibration.json (and the chosen difficulty into env.json).
+calibration.json (and the chosen difficulty into env.json). `write_env_index` records what was
+built in `<envs>/index.json`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tracerl.core.errors import InputError
-from tracerl.core.io import read_json, write_json
+from tracerl.contracts import Capability, CapabilityResult, EnvCalibration, EnvIndex, EnvRecord
+from tracerl.core.io import write_json
 from tracerl.core.policy import Policy
 from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult, calibrate
 from tracerl.synthesis.checks import DEFAULT_SEEDS, CheckReport, validate_env
@@ -27,6 +28,7 @@ from tracerl.synthesis.target import Target
 from tracerl.synthesis.templates import MAX_DIFFICULTY, template_for
 
 Generator = Literal["template", "llm"]
+INDEX_JSON = "index.json"  # envs/index.json: `tracerl.contracts.EnvIndex`
 
 
 @dataclass
@@ -43,29 +45,14 @@ class SynthesisOutcome:
         return self.env_dir is not None and self.error is None
 
 
-def read_selected_capabilities(path: str | Path) -> list[dict[str, Any]]:
-    """The selected capabilities of a capabilities.json (top-level `capabilities`, each with `selected`)."""
-    data = read_json(path)
-    caps = data.get("capabilities") if isinstance(data, dict) else None
-    if not isinstance(caps, list):
-        raise InputError("expected an object with a 'capabilities' list", path=str(path))
-    selected = []
-    for i, cap in enumerate(caps):
-        if not isinstance(cap, dict) or not isinstance(cap.get("name"), str):
-            raise InputError(f"capability {i} has no 'name'", path=str(path))
-        if cap.get("selected", False):
-            selected.append(cap)
-    return selected
-
-
-def capability_examples(cap: dict[str, Any], limit: int = 1500) -> list[str]:
-    """Example failed trajectories of a capability record, as short texts for a prompt."""
-    raw = cap.get("example_failed") or cap.get("examples") or cap.get("example_failed_cases") or cap.get("example_trajectories") or []
-    return [(e if isinstance(e, str) else json.dumps(e, ensure_ascii=False))[:limit] for e in raw[:3]]
+def capability_examples(cap: Capability, limit: int = 1500) -> list[str]:
+    """Selection's example failed trajectories of a capability, as short texts for a prompt."""
+    examples = cap.example_failed if isinstance(cap, CapabilityResult) else []
+    return [json.dumps(e.model_dump(), ensure_ascii=False)[:limit] for e in examples[:3]]
 
 
 def synthesize_capability(
-    cap: dict[str, Any],
+    cap: Capability,
     target: Target,
     out_dir: Path,
     *,
@@ -77,9 +64,8 @@ def synthesize_capability(
     seeds: int = len(DEFAULT_SEEDS),
     hint_fraction: float = 0.25,
 ) -> SynthesisOutcome:
-    """Build, check and write `out_dir/<capability>/` for one capability record."""
-    name = cap["name"]
-    description = cap.get("description", "")
+    """Build, check and write `out_dir/<capability>/` for one capability."""
+    name, description = cap.name, cap.description
     env_dir = out_dir / name
     template = template_for(name) if generator == "template" else None
     if template is not None:
@@ -143,3 +129,21 @@ def calibrate_env_dir(
     if result.difficulty != spec.difficulty:
         write_json(env_dir / ENV_JSON, spec.model_copy(update={"difficulty": result.difficulty}).model_dump())
     return result
+
+
+def env_record(outcome: SynthesisOutcome, calibration: CalibrationResult | None, out_dir: Path) -> EnvRecord:
+    """envs/index.json's entry for one capability (`tracerl synthesize` and the pipeline alike)."""
+    return EnvRecord(
+        capability=outcome.capability, status="DONE" if outcome.ok else "FAILED",
+        environment=None if outcome.env_dir is None else Path(outcome.env_dir).relative_to(out_dir).as_posix(),
+        source=outcome.source, error=outcome.error,
+        calibration=None if calibration is None else EnvCalibration(
+            accepted=calibration.accepted, difficulty=calibration.difficulty,
+            success_rate=calibration.stats.success_rate, stop_reason=calibration.stop_reason),
+    )
+
+
+def write_env_index(out_dir: Path, target: str, generator: Generator, records: list[EnvRecord]) -> EnvIndex:
+    index = EnvIndex(target=target, generator=generator, environments=records)
+    index.write(Path(out_dir) / INDEX_JSON)
+    return index

@@ -20,7 +20,6 @@ run) are dropped and redone, never kept twice.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -32,6 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tracerl import contracts
+from tracerl.contracts import metrics_text
 from tracerl.core.io import read_json, write_json
 
 CHECKPOINT = "checkpoint"
@@ -59,15 +60,10 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
 
 
-def metrics_text(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-
-
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl ([] when there is none yet)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The rows of a metrics.jsonl as the trainer keeps them, each read through `contracts.MetricsRow`
+    ([] when there is none yet)."""
+    return [r.model_dump(exclude_unset=True) for r in contracts.read_metrics(path)]
 
 
 def save_adapter(model, directory: str | Path) -> None:

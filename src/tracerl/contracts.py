@@ -1,0 +1,452 @@
+"""The files passed between stages: one pydantic model each, written and read only through it.
+
+    rollouts/*.jsonl, eval/*.jsonl         Trajectory (`tracerl.core.trajectory`), one per line
+    capabilities.json                      CapabilitiesFile — step 1, `tracerl select`
+    envs/index.json                        EnvIndex — step 2, `tracerl synthesize`
+      envs/<c>/env.json, calibration.json  EnvSpec (`synthesis.envdir`), CalibrationResult (`synthesis.calibration`)
+    adapters/<c>/train_config.json         TrainRun — step 3, `tracerl train`
+    adapters/<c>/metrics.jsonl             MetricsRow, one per line
+    gate_data/summary.json                 GateData — step 4 (the pipeline)
+    composed*/composition.json             CompositionSpec — step 4, `tracerl compose`
+    eval/<variant>.json                    EvalResult — `tracerl eval`
+    report/report.json                     ReportSummary — `tracerl report`
+
+Every model here forbids fields it does not know, so a writer and a reader cannot drift apart:
+`Model.read(path)` raises the one-line `InputError` naming the file, `model.write(path)` writes
+atomically. This module imports no torch (`tracerl report` and `tracerl select` use it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tracerl.core.errors import InputError
+from tracerl.core.io import atomic_write_text, describe_validation_error, read_json, read_jsonl
+from tracerl.evaluation.stats import Interval
+from tracerl.synthesis.calibration import CalibrationResult
+
+C = TypeVar("C", bound="Contract")
+CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
+
+
+class Record(BaseModel):
+    """A part of a contract file: unknown fields are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Contract(Record):
+    """A whole file passed between stages."""
+
+    @classmethod
+    def read(cls: type[C], path: str | Path) -> C:
+        """The file's content; `InputError` (one line, naming the file) when it is missing or does not fit."""
+        value = read_json(path)
+        if not isinstance(value, dict):
+            raise InputError(f"expected a JSON object ({cls.__name__}), got {type(value).__name__}", path=str(path))
+        try:
+            return cls.model_validate(value)
+        except ValidationError as e:
+            raise InputError(describe_validation_error(e), path=str(path)) from None
+
+    def write(self, path: str | Path) -> None:
+        """Write the file atomically (keys in field order: the same content gives the same bytes)."""
+        atomic_write_text(path, json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n")
+
+
+# ----------------------------------------------------------------------------- capabilities (step 1)
+
+
+class Rubric(Record):
+    na: str = Field(description="When the task does not need the capability.")
+    present: str = Field(description="Needed, and the agent exercised it.")
+    lacking: str = Field(description="Needed, and the agent did not.")
+
+
+def default_rubric(description: str) -> Rubric:
+    """A generic rubric for a capability known only by its description."""
+    return Rubric(
+        na=f"The task does not call for this: {description}",
+        present="The task called for it and the agent did it.",
+        lacking="The task called for it and the agent failed to do it.",
+    )
+
+
+class Capability(Record):
+    """What a capability is: selection labels with it, synthesis builds an environment for it,
+    composition gives it an adapter slot, the report shows it."""
+
+    name: str = Field(description="snake_case identifier; also the adapter's and the environment's name.")
+    description: str = Field("", description="What the agent does when it has the capability.")
+    rubric: Rubric = Field(description="What NA, PRESENT and LACKING mean for it (from the description when not given).")
+    decoy: bool = Field(False, description="A capability a good labeller never selects (keeps selection honest).")
+    source: Literal["builtin", "user", "discovered"] = Field("builtin", description="Where it came from.")
+    example_task_ids: list[str] = Field(default_factory=list, description="Tasks discovery saw it in.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rubric_from_description(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "rubric" not in value and isinstance(value.get("description", ""), str):
+            value = {**value, "rubric": default_rubric(value.get("description", "")).model_dump()}
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _snake_case(cls, v: str) -> str:
+        if not CAPABILITY_NAME.match(v):
+            raise ValueError(f"capability name '{v}' is not snake_case")
+        return v
+
+
+class RunFigures(Record):
+    """One labelling run's counts and rates for one capability (L/P/N: LACKING/PRESENT/NA; F/P: failed/passed)."""
+
+    run: int
+    LF: int
+    PF: int
+    NF: int
+    LP: int
+    PP: int
+    NP: int
+    cov: float | None = Field(description="Coverage (LF+PF)/F; None where undefined.")
+    er_minus: float | None = Field(description="ER−: LACKING share among failed trajectories that need it.")
+    er_plus: float | None = Field(description="ER+: LACKING share among passed trajectories that need it.")
+    delta: float | None = Field(description="Δ = ER− − ER+.")
+    passed: bool = Field(description="Cov ≥ ρ and Δ ≥ δ in this run.")
+
+
+class FailedExample(Record):
+    index: int = Field(description="The trajectory's position in the rollouts file.")
+    task_id: str
+    lacking_runs: int = Field(description="Runs that labelled it LACKING.")
+    evidence: str = Field(description="The labeller's evidence, from the first such run.")
+
+
+class CapabilityResult(Capability):
+    """One row of capabilities.json: the capability and its selection figures. Means over runs,
+    standard deviations population (ddof 0); None where no run had data."""
+
+    selected: bool
+    rank: int = Field(description="1 = first: selected ones first, then by mean Δ.")
+    status: Literal["PENDING"] | None = Field(description="PENDING for a selected capability, else None.")
+    note: str | None = Field(None, description="Why a capability that passed was not selected (e.g. select.max_selected).")
+    mean_cov: float | None
+    std_cov: float | None
+    cov_ci95: tuple[float | None, float | None] = Field(description="95% bootstrap interval of Cov over trajectories.")
+    mean_delta: float | None
+    std_delta: float | None
+    delta_ci95: tuple[float | None, float | None] = Field(description="95% bootstrap interval of Δ.")
+    mean_er_minus: float | None
+    mean_er_plus: float | None
+    runs_passed: int
+    runs_total: int
+    er_plus_empty_runs: int = Field(description="Runs with no passed trajectory needing it (ER+ undefined, taken as 0).")
+    er_plus_flag: bool = Field(description="er_plus_empty_runs > 0: Δ rests on ER− alone in some run.")
+    unlabelled_pairs: int = Field(description="(trajectory, capability) pairs the labeller left unlabelled.")
+    per_run: list[RunFigures]
+    example_failed: list[FailedExample]
+
+    def definition(self) -> Capability:
+        return Capability.model_validate(self.model_dump(include=set(Capability.model_fields)))
+
+
+class SelectionSettings(Record):
+    rho: float = Field(description="ρ: minimum coverage.")
+    delta: float = Field(description="δ: minimum contrastive gap.")
+    k: int = Field(description="K: runs a capability must pass.")
+    n: int = Field(description="N: labelling runs.")
+    bootstrap: int = Field(description="Bootstrap resamples of the intervals.")
+    seed: int
+
+
+class Totals(Record):
+    trajectories: int
+    failed: int
+    passed: int
+
+
+class LabelerInfo(Record):
+    name: str
+    deterministic: bool
+    note: str
+
+
+class CapabilitiesFile(Contract):
+    """capabilities.json: every candidate capability with its figures, ranked."""
+
+    params: SelectionSettings
+    totals: Totals
+    labeler: LabelerInfo
+    unlabelled_pairs: int
+    capabilities: list[CapabilityResult]
+
+    def selected(self) -> list[CapabilityResult]:
+        return [c for c in self.capabilities if c.selected]
+
+
+# ----------------------------------------------------------------------------- environments (step 2)
+
+
+class EnvCalibration(Record):
+    accepted: bool
+    difficulty: int
+    success_rate: float
+    stop_reason: str
+
+
+class EnvRecord(Record):
+    """What synthesis did for one selected capability."""
+
+    capability: str
+    status: Literal["DONE", "FAILED"]
+    environment: str | None = Field(description="The env directory, relative to the index's folder; None when none was built.")
+    source: str = Field(description="template, llm, or - (nothing built).")
+    error: str | None = None
+    calibration: EnvCalibration | None = Field(None, description="None when not calibrated.")
+
+
+class EnvIndex(Contract):
+    """envs/index.json: the environments synthesis built (`built`, in selection order) and why the others are missing."""
+
+    target: str
+    generator: Literal["template", "llm"]
+    environments: list[EnvRecord]
+
+    def built(self) -> list[str]:
+        return [e.capability for e in self.environments if e.status == "DONE"]
+
+
+# ----------------------------------------------------------------------------- adapter runs (step 3)
+
+
+class TrainRun(Contract):
+    """adapters/<c>/train_config.json: what a training run was started with (a resumed run must match it)."""
+
+    config: dict[str, Any] = Field(description="The resolved TrainConfig.")
+    base: str = Field(description="The base model.")
+    env: str = Field(description="The environment trained on (env directory or target name).")
+    init_adapter: str | None = None
+    rollouts: str = Field(description="'local' or the rollout server's URL.")
+    world_size: int = 1
+
+
+class MetricsRow(Record):
+    """One line of metrics.jsonl: a GRPO step (step 0: the evaluation before training)."""
+
+    step: int
+    rollouts_used: int = Field(description="Rollouts consumed so far.")
+    reward_mean: float | None = None
+    reward_std: float | None = None
+    success_rate: float | None = None
+    groups_sampled: int | None = None
+    informative_groups: int | None = None
+    sampling_rounds: int | None = None
+    loss: float | None = None
+    clip_ratio: float | None = None
+    approx_kl: float | None = None
+    kl: float | None = None
+    entropy: float | None = None
+    grad_norm: float | None = None
+    trained_sequences: int | None = None
+    loss_tokens: int | None = None
+    rollout_seconds: float | None = None
+    update_seconds: float | None = None
+    eval_success: float | None = Field(None, description="Held-out greedy success, on evaluation steps only.")
+    seconds: float | None = None
+
+
+def read_metrics(path: str | Path) -> list[MetricsRow]:
+    """The rows of a metrics.jsonl ([] when there is none yet)."""
+    return read_jsonl(path, MetricsRow) if Path(path).exists() else []
+
+
+def metrics_text(rows: list[dict[str, Any]]) -> str:
+    """metrics.jsonl's text of rows as the trainer logs them (each checked against MetricsRow)."""
+    return "".join(MetricsRow.model_validate(r).model_dump_json(exclude_unset=True) + "\n" for r in rows)
+
+
+# ----------------------------------------------------------------------------- composition (step 4)
+
+
+class GateKept(Record):
+    trajectories: int = Field(description="Rollouts kept to train the gates.")
+    of: int = Field(description="Rollouts played.")
+    source: str = Field(description="'successful', or the best reward kept when none succeeded.")
+
+
+class GateData(Contract):
+    """gate_data/summary.json: the adapters' rollouts on their own environments that train the gates."""
+
+    rollouts: int = Field(description="Rollouts played for gate training (they count in TRACE's budget).")
+    kept: dict[str, GateKept]
+
+
+COMPOSITION_FORMAT = "tracerl.composition/2"
+
+
+class AdapterRef(Record):
+    name: str
+    path: str = Field(description="Relative to the composed directory when local, else a hub id.")
+
+
+class RouterSettings(Record):
+    labels: list[str]
+    base_description: str
+    top_p: float = 0.9
+    kind: Literal["zero-shot", "label-head"] = Field("zero-shot", description="label-head: router_head.safetensors was fitted.")
+    fit: dict[str, Any] | None = None
+
+
+class RoutingAccuracy(Record):
+    overall: float | None = Field(description="Share of held-out prompts routed to their capability's slot.")
+    per_capability: dict[str, float]
+    num_prompts: int
+    method: str
+
+
+class CompositionSpec(Contract):
+    """composition.json (written last: a composed directory without it is incomplete)."""
+
+    format: str = COMPOSITION_FORMAT
+    model_name: str
+    mode: Literal["moe", "router", "merge"]
+    base: str = Field(description="Relative to the composed directory when local, else a hub id.")
+    adapters: list[AdapterRef]
+    capabilities: list[Capability] = Field(description="In slot order: capability i has slot i + 1 (slot 0: base).")
+    slots: list[str]
+    gate_parameters: int = 0
+    router: RouterSettings | None = None
+    gate_training: dict[str, Any] | None = None
+    routing_accuracy: RoutingAccuracy | None = None
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v != COMPOSITION_FORMAT:
+            raise ValueError(f"unknown format {v!r} (expected {COMPOSITION_FORMAT!r}: compose again)")
+        return v
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+class EvalResult(Contract):
+    """eval/<variant>.json: one variant on the target's held-out tasks."""
+
+    variant: str
+    pass1: Interval = Field(description="pass^1 with a 95% bootstrap interval over tasks.")
+    pass_k: dict[str, float] = Field(description="τ²-bench's pass^k for k ≤ trials.")
+    diff_vs_base: Interval | None = Field(description="Paired difference to the base over tasks; None for the base.")
+    rollouts_used: int = Field(description="Rollouts the variant consumed in training.")
+    n_tasks: int
+    trials: int
+    mean_reward: float
+    failures_by_capability: dict[str, int] = Field(description="Failed trajectories the rules labeller finds LACKING it.")
+    per_task: dict[str, float] = Field(description="Task id → pass rate over its trials.")
+
+    @field_validator("pass1")
+    @classmethod
+    def _rate_in_unit_interval(cls, value: Interval) -> Interval:
+        if not all(0.0 <= x <= 1.0 for x in (value.mean, value.low, value.high)):
+            raise ValueError("pass rates must lie in [0, 1]")
+        return value
+
+
+def eval_file_stem(variant: str) -> str:
+    """eval/<stem>.json of a variant: ':' becomes '-' (`adapter:x` → `adapter-x`)."""
+    return variant.replace(":", "-")
+
+
+# ----------------------------------------------------------------------------- calibration (step 2)
+
+
+def read_calibration(path: str | Path) -> CalibrationResult:
+    """envs/<c>/calibration.json, written by `synthesis.synthesize.calibrate_env_dir`."""
+    try:
+        return CalibrationResult.model_validate(read_json(path))
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e), path=str(path)) from None
+
+
+# ----------------------------------------------------------------------------- report
+
+
+class RolloutCount(Record):
+    trajectories: int
+    passed: int
+
+
+class TrainingFinal(Record):
+    steps: int
+    rollouts_used: int
+    reward_mean: float | None
+    success_rate: float | None
+    eval_success: float | None = Field(description="The last held-out success logged.")
+    eval_success_start: float | None = Field(description="The first held-out success logged (step 0: before training).")
+
+
+class TrainingSummary(Record):
+    source: str = Field(description="The metrics.jsonl, relative to the workspace.")
+    final: TrainingFinal
+    rows: list[MetricsRow]
+
+
+class HeadlineEntry(Record):
+    variant: str
+    pass1: Interval
+    diff_vs_base: Interval | None
+    rollouts_used: int
+
+
+class Headline(Record):
+    trace: HeadlineEntry | None = Field(description="trace_moe, else trace_router.")
+    base: HeadlineEntry | None
+    grpo_target: HeadlineEntry | None
+    prompt_capabilities: HeadlineEntry | None
+    trace_vs_grpo_target: Interval | None = Field(description="Paired difference over tasks, TRACE − GRPO-on-target.")
+    routing_accuracy: float | None
+
+
+class SampleEfficiency(Record):
+    source: str
+    trace: list[tuple[float, float]] = Field(description="(rollouts, pass^1) points.")
+    grpo_target: list[tuple[float, float]]
+    adapters: list[tuple[float, float]]
+
+
+class Outcome(Record):
+    passed: bool
+    reward: float
+    termination: str
+
+
+class Example(Record):
+    task_id: str
+    base: Outcome
+    trace: Outcome
+
+
+class ReportSummary(Contract):
+    """report/report.json: every figure the report page shows."""
+
+    workspace: str
+    headline: Headline
+    base_rollouts: RolloutCount | None
+    capabilities: CapabilitiesFile | None
+    calibration: dict[str, CalibrationResult]
+    trained_rejected: list[str] = Field(description="Adapters trained on an environment calibration rejected.")
+    training: dict[str, TrainingSummary]
+    evaluation: dict[str, EvalResult] = Field(description="Variant → result, in display order.")
+    routing_accuracy: float | None
+    routing_accuracy_by_capability: dict[str, float]
+    composition: CompositionSpec | None
+    sample_efficiency: SampleEfficiency | None
+    examples: list[Example]
+    missing: dict[str, str] = Field(description="Section → why it is empty.")
+    figures: dict[str, str] = Field(default_factory=dict, description="Figure → its PNG in report/.")
