@@ -20,6 +20,7 @@ Workspace layout:
     composed/, composed_router/      step 4 (composition.json, gates.safetensors)
     baselines/grpo_target/           GRPO on the target with TRACE's rollout budget
     eval/<variant>.json|.jsonl       held-out evaluation
+    eval/tau2/<variant>.json         the same episodes as τ²-bench's results file (a tau2:<domain> target)
     report/index.html, report.json   the report
 """
 
@@ -87,11 +88,13 @@ class Pipeline:
         cfg = self.cfg
         target_files = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
         caps = self.built_envs()
+        live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
             self.stage("collect", target_files, ["rollouts/base.jsonl"]),
             self.stage("select", ["rollouts/base.jsonl"] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
                        ["capabilities.json"]),
-            self.stage("synthesize", ["capabilities.json"] + target_files, ["envs/index.json"] + [f"envs/{c}" for c in caps]),
+            self.stage("synthesize", ["capabilities.json"] + target_files + (["rollouts/base.jsonl"] if live_tools else []),
+                       ["envs/index.json"] + [f"envs/{c}" for c in caps]),
         ]
         if cfg.target.results is not None:
             return out  # an imported target: selection and synthesis only (no simulator to train or evaluate on)
@@ -278,7 +281,13 @@ class StageFunctions:
         if not caps:
             raise InputError("no capability was selected: nothing to train (see capabilities.json)",
                              path=str(self.path("capabilities.json")))
-        target = load_target(c.target.tools or c.target.env)
+        if c.target.env.startswith("tau2:") and c.target.tools is None:  # the live domain states its own tools
+            from tracerl.synthesis.target import target_from_live_env
+
+            played = read_jsonl(self.path("rollouts/base.jsonl"), Trajectory)
+            target = target_from_live_env(self.target_env(c, "train")(), played)
+        else:
+            target = load_target(c.target.tools or c.target.env)
         llm = None
         if cfg.generator == "llm":
             from openai import OpenAI
@@ -434,6 +443,10 @@ class StageFunctions:
                                    capabilities=[x.name for x in self.selected()], base=base,
                                    bootstrap=cfg.bootstrap, seed=c.seed)
         write_jsonl(self.path(f"eval/{_stem(variant)}.jsonl"), trajectories)
+        if c.target.env.startswith("tau2:"):  # τ²-bench's own results file too, for its tools (`tau2 view`)
+            from tracerl.envs.tau2_live import write_tau2_results
+
+            write_tau2_results(self.path(f"eval/tau2/{_stem(variant)}.json"), make_env(), trajectories, agent=variant)
         result.write(self.path(f"eval/{_stem(variant)}.json"))
         return {"pass1": result.pass1.mean, "rollouts_used": rollouts_used}
 

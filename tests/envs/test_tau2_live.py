@@ -185,18 +185,7 @@ def test_collect_cli_writes_a_tau2_results_file(tau2_python, tau2_data, served, 
 @pytest.mark.slow
 def test_tau2_run_grades_what_tracerl_serve_serves(tau2_python, tau2_data, served, tmp_path):
     """τ²-bench's own CLI, agent and user on `tracerl serve`: tool calls in the OpenAI format it sends."""
-    from tracerl.envs.tau2 import read_tau2_results
-
-    tau2 = Path(tau2_python).parent / "tau2"
-    args = json.dumps({"api_base": served, "api_key": "x", "temperature": 0.0, "max_tokens": 32})
-    command = [str(tau2), "run", "--domain", "mock", "--agent-llm", "openai/tiny-agent", "--agent-llm-args", args,
-               "--user-llm", "openai/tiny-agent", "--user-llm-args", args, "--num-tasks", "2", "--max-steps", "6",
-               "--max-concurrency", "1", "--save-to", "tracerl-served"]
-    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "TAU2_DATA_DIR": tau2_data, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
-                          capture_output=True, text=True, timeout=1200)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = Path(tau2_data) / "simulations" / "tracerl-served" / "results.json"
-    trajectories = read_tau2_results(results)
+    trajectories = tau2_run(tau2_python, tau2_data, served, "tiny-agent", served, "tracerl-served", tmp_path, tasks=2)
     assert len(trajectories) == 2
     for t in trajectories:
         assert t.termination != "infrastructure_error", t.info
@@ -238,6 +227,109 @@ def test_retail_gold_replays_pass_under_db_basis_and_damaged_ones_fail(tau2_pyth
         key = next(k for k, v in call["arguments"].items() if isinstance(v, str))
         corrupted = [*gold[:last_write], {**call, "arguments": {**call["arguments"], key: call["arguments"][key] + "x"}}]
         assert replay(env, task_id, corrupted)[0] == 0.0, task_id
+
+
+LOOP = """
+seed: 0
+model: {base: tiny-agent}
+rollout: {max_new_tokens: 32, batch_size: 8}
+target: {env: "tau2:retail", tau2: tau2.yaml}
+collect: {tasks: 6}
+select: {runs: 2, bootstrap: 50, rho: 0.0, delta: -1.0, max_selected: 1}
+synthesize: {calibration_seeds: 2, group_size: 4, max_rounds: 1, bands: {min_reward_std: 2.0}}
+train: {num_generations: 2, groups_per_step: 2, max_steps: 2, eval_steps: 2, eval_episodes: 2, max_resample_tries: 1,
+        learning_rate: 0.002, lora: {r: 4, lora_alpha: 8}}
+train_rejected: true
+compose: {modes: [moe, router], episodes_per_capability: 4, gate: {max_steps: 2}}
+baselines: {single_adapters: false, prompt_capabilities: false}
+eval: {tasks: 3, trials: 2, bootstrap: 100}
+"""
+
+
+@pytest.fixture(scope="module")
+def retail_run(tau2_python, tau2_data, served, tmp_path_factory):
+    """`tracerl run` on τ²-bench retail, live (the workspace, its stage log and seconds)."""
+    from tracerl.cli import main
+
+    root = tmp_path_factory.mktemp("retail-run")
+    (root / "tau2.yaml").write_text(
+        f"user: {{model: tiny-agent, base_url: '{served}', max_tokens: 24}}\npython: {tau2_python}\n"
+        f"data_dir: {tau2_data}\nreward_basis: [DB]\nmax_steps: 8\n")
+    (root / "run.yaml").write_text(LOOP)
+    ws = root / "ws"
+    start = time.perf_counter()
+    assert main(["run", str(root / "run.yaml"), "-w", str(ws), "--json"]) == 0
+    return ws, time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_tracerl_run_on_live_retail(retail_run, tau2_python, tau2_data):
+    """The whole loop on τ²-bench retail, live: collect on its train split, select, synthesize over its
+    own tool schemas, train, compose, GRPO on its train split, evaluate on its test split; τ²-bench's
+    own metrics read the evaluation's results files and agree with ours."""
+    from tracerl.core.io import read_json, read_jsonl
+    from tracerl.core.trajectory import Trajectory
+
+    ws, seconds = retail_run
+    print(f"\ntracerl run on live retail: {seconds:.0f} s")
+    done = {p.stem for p in (ws / ".stages").glob("*.json")}
+    assert {"collect", "select", "synthesize", "compose", "grpo_target", "eval:base", "eval:trace_moe",
+            "eval:trace_router", "eval:grpo_target", "report"} <= done and any(s.startswith("train:") for s in done)
+    splits = json.loads((DATA / "domains" / "retail" / "split_tasks.json").read_text())
+    assert [t.task_id for t in read_jsonl(ws / "rollouts" / "base.jsonl", Trajectory)] == splits["train"][:6]
+    target = read_json(next((ws / "envs").glob("*/target.json")))
+    assert {"get_order_details", "cancel_pending_order"} <= {t["function"]["name"] for t in target["tools"]}
+    for variant in ("base", "trace_moe", "trace_router", "grpo_target"):
+        episodes = read_jsonl(ws / "eval" / f"{variant}.jsonl", Trajectory)
+        assert sorted({t.task_id for t in episodes}) == sorted(splits["test"][:3]) and len(episodes) == 6
+        ours = read_json(ws / "eval" / f"{variant}.json")
+        theirs = tau2_metrics(tau2_python, tau2_data, ws / "eval" / "tau2" / f"{variant}.json")
+        assert theirs["trials"] == 2 and sorted(theirs["tasks"]) == sorted(splits["test"][:3])
+        assert {str(k): v for k, v in theirs["pass_hat_ks"].items()} == pytest.approx(ours["pass_k"])
+    report = read_json(ws / "report" / "report.json")
+    assert {"base", "trace_moe", "trace_router", "grpo_target"} <= set(report["evaluation"])
+
+
+def tau2_run(tau2_python: str, tau2_data: str, agent_url: str, agent: str, user_url: str, save_to: str, cwd: Path,
+             tasks: int = 1) -> list:
+    """τ²-bench's own CLI on mock's first tasks, the agent and the user simulator on the given endpoints."""
+    from tracerl.envs.tau2 import read_tau2_results
+
+    def args(url: str) -> str:
+        return json.dumps({"api_base": url, "api_key": "x", "temperature": 0.0, "max_tokens": 32})
+
+    command = [str(Path(tau2_python).parent / "tau2"), "run", "--domain", "mock", "--agent-llm", f"openai/{agent}",
+               "--agent-llm-args", args(agent_url), "--user-llm", "openai/tiny-agent", "--user-llm-args", args(user_url),
+               "--num-tasks", str(tasks), "--max-steps", "6", "--max-concurrency", "1", "--save-to", save_to]
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "TAU2_DATA_DIR": tau2_data, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return read_tau2_results(Path(tau2_data) / "simulations" / save_to / "results.json")
+
+
+@pytest.mark.slow
+def test_tau2_run_grades_a_served_adapter_router_and_moe(retail_run, tau2_python, tau2_data, served, tmp_path):
+    """`tau2 run --agent-llm openai/<name>` against `tracerl serve` serving what the loop made: one
+    adapter (by its name), the task router and the token-level MoE (routing inside the endpoint)."""
+    from tracerl.composition.policy import composed_server_policy
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+
+    ws, _ = retail_run
+    cap = next(p.name for p in (ws / "adapters").iterdir() if (p / "adapter_config.json").exists())
+    model, tokenizer = load_model("tiny-agent")
+    with_adapter = LocalPolicy(model, tokenizer)
+    with_adapter.load_adapter(cap, ws / "adapters" / cap)
+    servers = [(with_adapter, "tiny-agent", cap)]
+    for folder in ("composed", "composed_router"):
+        policy, name = composed_server_policy(str(ws / folder), None, "raw_logprobs", None, [])
+        servers.append((policy, name, name))
+    for policy, served_name, agent in servers:
+        with ServerThread(policy, served_model_name=served_name, max_batch_size=2) as server:
+            [trajectory] = tau2_run(tau2_python, tau2_data, server.base_url, agent, served, f"served-{agent}", tmp_path)
+        assert trajectory.termination in STOPS - {"infrastructure_error", "agent_error"}, (agent, trajectory.info)
+        spoken = [m for m in trajectory.messages if m.role == "assistant"][1:]  # after τ²-bench's greeting
+        assert spoken and all(m.content or m.tool_calls for m in spoken), agent
 
 
 # --- bad input: one line, before any episode ---------------------------------------------------

@@ -83,6 +83,20 @@ def test_chat_with_tools_returns_parseable_tool_calls(client, toy):
     assert json.loads(out[0].content) == {"item_id": "A1", "price": 6}
 
 
+def test_without_tools_the_text_is_the_answer(client, toy):
+    """No tools offered (τ²-bench's user simulator) or tool_choice 'none': no tool_calls, as OpenAI and
+    vLLM answer; the same greedy reply that is a tool call when tools are offered comes back as text."""
+    messages, tools = store_chat(toy)
+    response = client.chat.completions.create(model="toy", messages=messages, tools=tools, tool_choice="none",
+                                              temperature=0, max_tokens=40)
+    choice = response.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason == "stop"
+    assert json.loads(choice.message.content.split("<tool_call>")[1].split("</tool_call>")[0]) == \
+        {"name": "get_price", "arguments": {"item_id": "A1"}}
+    plain = client.chat.completions.create(model="toy", messages=messages, temperature=0, max_tokens=40).choices[0]
+    assert plain.message.tool_calls is None and isinstance(plain.message.content, str)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_completion_logprobs_match_the_local_backend(client, tool_model, tokenizer, toy, temperature):
     messages, tools = store_chat(toy)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text
-from tracerl.core.messages import Message
+from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env, StepResult
@@ -278,6 +278,15 @@ class Tau2Env(Env):
     @property
     def tools(self) -> list[ToolSchema]:
         return [t.model_copy() for t in self._tools]
+
+    @property
+    def system_prompt(self) -> str:
+        """τ²-bench's agent system prompt of this domain (its instructions and the domain policy)."""
+        return self.info["system_prompt"]
+
+    def oracle(self, seed: int) -> list[Action]:
+        """The gold actions of the task `seed` plays (τ²-bench's `evaluation_criteria.actions`), no episode played."""
+        return [Action.model_validate(a) for a in self.info["gold_actions"][self.task_ids[seed % len(self.task_ids)]]]
 
     def task_seeds(self, n: int, offset: int = 0) -> list[int]:
         """Seed i plays task `task_ids[i]`: the first n tasks of the split, each once."""

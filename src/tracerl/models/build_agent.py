@@ -67,7 +67,7 @@ class AgentRecipe(BaseModel):
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
     intermediate_size: int = 384
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
     max_steps: int = 1200
     drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)

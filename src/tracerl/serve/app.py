@@ -275,10 +275,14 @@ def create_app(
         choices = []
         for index, res in enumerate(results):
             body = [t for t in res.token_ids if t not in chat.stop_ids]
-            parsed = parse_assistant_text(chat.decode(body), make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}")
-            message = parsed.message.to_openai()
+            text = chat.decode(body)
+            if tools and req.tool_choice != "none":
+                parsed = parse_assistant_text(text, make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}").message
+            else:  # no tools offered (e.g. a user simulator): the text is the answer, as OpenAI and vLLM give it
+                parsed = Message.assistant(text)
+            message = parsed.to_openai()
             message.setdefault("content", None)
-            finish = "tool_calls" if parsed.message.tool_calls else res.finish_reason
+            finish = "tool_calls" if parsed.tool_calls else res.finish_reason
             choice: dict[str, Any] = {"index": index, "message": message, "finish_reason": finish, "logprobs": None}
             if req.logprobs:
                 choice["logprobs"] = {"content": _chat_logprobs(res, chat)}

@@ -1,7 +1,8 @@
 """The target domain a synthetic environment imitates: its tool schemas and system-prompt format.
 
-A target is either the built-in airline domain (`"airline"`) or a τ²-bench domain given by
-its tools.json (a `policy.md` next to it, if any, gives the prompt title). The prompt format is
+A target is the built-in airline domain (`"airline"`), a τ²-bench domain given by its tools.json
+(a `policy.md` next to it, if any, gives the prompt title), or a τ²-bench domain played live
+(`target_from_live_env`: its tools, policy title and gold actions' values, no tools.json needed). The prompt format is
 kept as `preamble` and `closing` lines: for the built-in domain, its own system prompt minus its
 domain rules (the lines that start with a label such as "Cancel:"), which a synthetic
 environment replaces with its own rules; for a tools.json, the policy's title. `tool_families`
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,7 +106,12 @@ def _builtin_airline() -> Target:
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
-    """String argument values of the env's gold actions (info["gold_actions"]) on the first seeds, by
+    """`value_examples` of the env's gold actions (info["gold_actions"]) on its first seeds."""
+    return value_examples((env.reset(seed=seed)[1].get("gold_actions", []) for seed in range(seeds)), per_parameter)
+
+
+def value_examples(gold: Iterable[Iterable[dict[str, Any]]], per_parameter: int = 20) -> dict[str, list[str]]:
+    """String argument values of gold actions ({name, arguments}), one task's list after another, by
     parameter name — ids and codes in the target's own shapes (e.g. user ids from its name pool):
     values with a digit, and every value of an `…_id` parameter."""
     found: dict[str, list[str]] = {}
@@ -121,12 +128,27 @@ def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> d
             for v in value:
                 add(name[:-1] if name.endswith("s") else name, v)
 
-    for seed in range(seeds):
-        _, info = env.reset(seed=seed)
-        for action in info.get("gold_actions", []):
+    for actions in gold:
+        for action in actions:
             for name, value in action.get("arguments", {}).items():
                 add(name, value)
     return found
+
+
+def target_from_live_env(env: Any, trajectories: list[Any] = ()) -> Target:
+    """The target of a live environment that states its system prompt and gold actions without playing
+    (a τ²-bench domain, `tracerl.envs.tau2_live`): its tool schemas, the title of its policy, id values
+    from the gold actions of its tasks (`env.oracle`) and record shapes from `trajectories` it played."""
+    titles = [line.strip() for line in env.system_prompt.splitlines() if line.startswith("# ")]
+    title = titles[0] if titles else f"# {env.name.capitalize()} agent policy"
+    gold = ([a.model_dump() for a in env.oracle(seed)] for seed in env.task_seeds(len(env.task_ids)))
+    tools = tuple(env.tools)
+    target = Target(name=env.name, tools=tools, title=title, source=f"tau2:{env.name}", preamble=(title,),
+                    value_examples=value_examples(gold),
+                    result_examples=observed_result_examples(list(trajectories), {t.name for t in tools if t.kind == "read"}))
+    if not tool_families(target.tools):
+        raise InputError(f"tau2:{env.name}: no read tool shares an id parameter with a write tool: nothing to build on")
+    return target
 
 
 def observed_result_examples(trajectories: list[Any], read_tools: set[str]) -> dict[str, dict[str, Any]]:
