@@ -58,6 +58,7 @@ def main() -> None:
     from tracerl.composition.build import ComposeOptions, build_composition
     from tracerl.composition.policy import ComposedPolicy
     from tracerl.composition.training import GateTrainingConfig
+    from tracerl.contracts import Capability, RoutingAccuracy
     from tracerl.core.io import write_json, write_jsonl
     from tracerl.envs.runner import Episode, rollout
     from tracerl.models.local import LocalPolicy, load_model
@@ -71,8 +72,7 @@ def main() -> None:
     names = [d.name for d in env_dirs]
     make_env = {d.name: load_env_dir(d) for d in env_dirs}
     adapter_dirs = [str(args.root / "adapters" / n) for n in names]
-    capabilities = [{"name": n, "description": load_env_spec(d).description or n.replace("_", " "), "selected": True} for n, d in zip(names, env_dirs)]
-    write_json(args.out / "capabilities.json", {"capabilities": capabilities})
+    capabilities = [Capability(name=n, description=load_env_spec(d).description or n.replace("_", " ")) for n, d in zip(names, env_dirs)]
     print(f"capabilities: {names}", flush=True)
 
     model, tokenizer = load_model(args.base, device="cpu")
@@ -114,7 +114,7 @@ def main() -> None:
 
     for mode in args.modes:
         out = args.out / mode
-        options = ComposeOptions(mode=mode, capabilities_file=str(args.out / "capabilities.json"), trajectories=[str(args.out / "rollouts.jsonl")],
+        options = ComposeOptions(mode=mode, capabilities=capabilities, trajectories=[str(args.out / "rollouts.jsonl")],
                                  heldout_fraction=0.0,
                                  # untrained stand-ins rarely succeed: routing-only runs train the gates on every rollout
                                  successful_only=not (args.all_rollouts or args.stand_in_adapters is not None), gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
@@ -125,10 +125,9 @@ def main() -> None:
         composed = load_composed(out, device="cpu")
         composition = composed.tracerl_composition
         accuracy = routing_accuracy(composition, composed.tracerl_tokenizer, prompts)
-        spec_path = out / "composition.json"
-        stored = json.loads(spec_path.read_text())
-        stored["routing_accuracy"] = accuracy | {"prompts": f"held-out seeds {EVAL_SEED_START}+i, i < {args.eval_episodes}, per environment"}
-        write_json(spec_path, stored)
+        spec.routing_accuracy = RoutingAccuracy.model_validate(accuracy | {
+            "method": f"{accuracy['method']} on held-out seeds {EVAL_SEED_START}+i, i < {args.eval_episodes}, per environment"})
+        spec.write(out / "composition.json")
         results["routing_accuracy"][mode] = accuracy
         print(mode, json.dumps(accuracy), flush=True)
         if mode == "moe":

@@ -31,7 +31,7 @@ def timed(fn, repeat: int = 1):
 def bench_aggregation(runs: int, trajectories: int, capabilities: int, bootstrap: int) -> None:
     from tracerl.core.trajectory import Trajectory
     from tracerl.selection.aggregate import SelectionParams, aggregate
-    from tracerl.selection.catalogue import Capability, default_rubric
+    from tracerl.contracts import Capability, default_rubric
     from tracerl.selection.labels import LABELS, LabelRun, PairLabel, TrajectoryLabels
     from tracerl.selection.select import capabilities_document
 
@@ -58,7 +58,7 @@ def bench_aggregation(runs: int, trajectories: int, capabilities: int, bootstrap
     ]
     trajs = [Trajectory(task_id=str(t), domain="bench", messages=[], passed=bool(passed[t])) for t in range(trajectories)]
     td, doc = timed(lambda: capabilities_document(caps, records, trajs, params_b, "bench", False))
-    assert len(doc["capabilities"]) == capabilities
+    assert len(doc.capabilities) == capabilities
     print(f"  whole document (records → capabilities.json, B={bootstrap}) {td:6.2f} s")
 
 

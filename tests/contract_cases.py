@@ -27,3 +27,100 @@ def capabilities_file(path: Path, selected: list[str], unselected: list[str] = (
         "capabilities": [result(i, n, c) for i, (n, c) in enumerate(names, start=1)],
     }).write(path)
     return path
+
+
+def samples() -> dict:
+    """One instance of each contract file, as its stage would write it (small, made-up figures)."""
+    from tracerl.contracts import (
+        AdapterRef, Capability, CapabilitiesFile, CompositionSpec, EnvCalibration, EnvIndex, EnvRecord, EvalResult,
+        GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TrainRun,
+    )
+    from tracerl.evaluation.stats import Interval
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        caps = CapabilitiesFile.read(capabilities_file(Path(tmp) / "c.json", ["tool_call_precision"], ["tone_and_empathy"],
+                                                       examples={"tool_call_precision": [("7", "wrong id")]}))
+    evaluation = EvalResult(variant="adapter:tool_call_precision", pass1=Interval(mean=0.5, low=0.0, high=1.0),
+                            pass_k={"1": 0.5}, diff_vs_base=Interval(mean=0.5, low=0.0, high=1.0), rollouts_used=64,
+                            n_tasks=2, trials=1, mean_reward=0.5, failures_by_capability={"tool_call_precision": 1},
+                            per_task={"test_0": 1.0, "test_1": 0.0})
+    composition = CompositionSpec(
+        model_name="composed", mode="moe", base="tiny-agent",
+        adapters=[AdapterRef(name="tool_call_precision", path="../adapters/tool_call_precision")],
+        capabilities=[Capability(name="tool_call_precision", description="exact arguments")],
+        slots=["base", "tool_call_precision"], gate_parameters=10,
+        routing_accuracy=RoutingAccuracy(overall=1.0, per_capability={"tool_call_precision": 1.0}, num_prompts=2,
+                                         method="per-token majority of the gates"))
+    return {
+        "capabilities.json": caps,
+        "envs/index.json": EnvIndex(target="airline", generator="template", environments=[
+            EnvRecord(capability="tool_call_precision", status="DONE", environment="tool_call_precision", source="template",
+                      calibration=EnvCalibration(accepted=False, difficulty=0, success_rate=0.0, stop_reason="too hard")),
+            EnvRecord(capability="error_recovery", status="FAILED", environment=None, source="-", error="no template")]),
+        "adapters/tool_call_precision/train_config.json": TrainRun(
+            config={"learning_rate": 1e-5}, base="tiny-agent", env="envs/tool_call_precision", rollouts="local"),
+        "gate_data/summary.json": GateData(rollouts=4, kept={"tool_call_precision": GateKept(trajectories=1, of=4,
+                                                                                            source="successful")}),
+        "composed/composition.json": composition,
+        "eval/adapter-tool_call_precision.json": evaluation,
+        "report/report.json": ReportSummary(
+            workspace="ws", headline=Headline(trace=None, base=None, grpo_target=None, prompt_capabilities=None,
+                                              trace_vs_grpo_target=None, routing_accuracy=1.0),
+            base_rollouts=None, capabilities=caps, calibration={}, trained_rejected=[], training={},
+            evaluation={evaluation.variant: evaluation}, routing_accuracy=1.0,
+            routing_accuracy_by_capability={"tool_call_precision": 1.0}, composition=composition, sample_efficiency=None,
+            examples=[], missing={"training": "not run"}),
+    }
+
+
+# Files in a workspace that are not passed between stages through tracerl.contracts, and why.
+NOT_CONTRACTS = (
+    ".stages/",  # the stage cache's own records (tracerl.stages)
+    "labels/run_",  # selection's per-run labels, for people; no stage reads them
+    "/checkpoint/", "/.checkpoint.old/",  # training's resume state (tracerl.training.checkpoint)
+    "adapter_config.json",  # PEFT's own file
+    "/env.json", "/target.json", "/checks.json",  # an env directory: EnvSpec and Target (tracerl.synthesis.envdir)
+    "eval/tau2/",  # τ²-bench's own results format, for its tools
+)
+
+
+def check_workspace(ws: Path) -> dict[str, int]:
+    """Read every inter-stage file of a pipeline workspace through its contract; fail on a JSON file
+    that has none. Returns how many files each contract read."""
+    from tracerl.contracts import (
+        CapabilitiesFile, CompositionSpec, EnvIndex, EvalResult, GateData, ReportSummary, TrainRun, read_calibration,
+        read_metrics,
+    )
+    from tracerl.core.io import read_jsonl
+    from tracerl.core.trajectory import Trajectory
+
+    readers = [
+        ("rollouts/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
+        ("capabilities.json", CapabilitiesFile.read),
+        ("envs/index.json", EnvIndex.read),
+        ("envs/*/calibration.json", read_calibration),
+        ("adapters/*/train_config.json", TrainRun.read),
+        ("baselines/*/train_config.json", TrainRun.read),
+        ("adapters/*/metrics.jsonl", read_metrics),
+        ("baselines/*/metrics.jsonl", read_metrics),
+        ("gate_data/summary.json", GateData.read),
+        ("gate_data/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
+        ("composed*/composition.json", CompositionSpec.read),
+        ("eval/*.json", EvalResult.read),
+        ("eval/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
+        ("report/report.json", ReportSummary.read),
+    ]
+    read: dict[str, int] = {}
+    covered: set[Path] = set()
+    for pattern, reader in readers:
+        for path in sorted(ws.glob(pattern)):
+            assert reader(path) is not None
+            covered.add(path)
+            read[pattern] = read.get(pattern, 0) + 1
+    for path in sorted(ws.rglob("*.json*")):
+        rel = "/" + path.relative_to(ws).as_posix()
+        if path.suffix in (".json", ".jsonl") and path not in covered:
+            assert any(x in rel for x in NOT_CONTRACTS), f"{rel}: a workspace file with no contract"
+    return read

@@ -80,6 +80,10 @@ def test_capability_list_not_matching_the_adapters(base, tmp_path):
         capabilities_for(adapters, str(listing))
     capabilities_file(listing, ["beta", "alpha"], ["delta"], descriptions={"alpha": "a", "beta": "b"})
     assert [(c.name, c.description) for c in capabilities_for(adapters, str(listing))] == [("alpha", "a"), ("beta", "b")]
+    given = [Capability(name="beta", description="b"), Capability(name="alpha", description="a")]
+    assert capabilities_for(adapters, None, given) == given[::-1]  # or the capabilities themselves, in adapter order
+    with pytest.raises(InputError, match=r"no adapter for \['gamma'\]"):
+        capabilities_for(adapters, None, [*given, Capability(name="gamma")])
     listing.write_text(json.dumps([{"name": "alpha"}, {"name": "beta"}]))  # a bare list is not a capabilities.json
     with pytest.raises(InputError, match=r"capabilities.json: expected a JSON object \(CapabilitiesFile\), got list"):
         capabilities_for(adapters, str(listing))

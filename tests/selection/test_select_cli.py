@@ -9,6 +9,7 @@ import pytest
 
 from tracerl.cli import main
 from tracerl.core.errors import InputError
+from tracerl.contracts import CapabilitiesFile
 from tracerl.selection.catalogue import BUILTIN, load_capabilities
 
 PLANTED = {"multi_step_completion", "tool_call_precision"}
@@ -33,6 +34,7 @@ def test_select_on_tau2_sample_picks_exactly_the_planted_capabilities(sample: Pa
     assert main(["select", "--rollouts", str(sample), "--out", str(out), "--json", "--bootstrap", "200"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc == json.loads((out / "capabilities.json").read_text())
+    assert CapabilitiesFile.read(out / "capabilities.json").model_dump(mode="json") == doc  # written through its contract
     assert doc["params"] == {"rho": 0.1, "delta": 0.2, "k": 8, "n": 10, "bootstrap": 200, "seed": 0}
     assert doc["totals"] == {"trajectories": 114, "failed": 22, "passed": 92}
     assert {c["name"] for c in doc["capabilities"] if c["selected"]} == PLANTED

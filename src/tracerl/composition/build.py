@@ -34,7 +34,8 @@ from tracerl.core.trajectory import Trajectory
 @dataclass
 class ComposeOptions:
     mode: str = "moe"
-    capabilities_file: str | None = None
+    capabilities_file: str | None = None  # a capabilities.json naming the adapters' capabilities
+    capabilities: list[Capability] | None = None  # or the capabilities themselves (one per adapter, by name)
     trajectories: list[str] = field(default_factory=list)
     heldout_fraction: float = 0.2
     gate: GateTrainingConfig = field(default_factory=GateTrainingConfig)
@@ -48,20 +49,27 @@ class ComposeOptions:
     seed: int = 0
 
 
-def capabilities_for(adapters: list[LoRAAdapter], capabilities_file: str | None) -> list[Capability]:
-    """One Capability per adapter, in adapter order. A capabilities.json must name every adapter,
-    and its selected capabilities must all have one; without it each adapter's name is its capability."""
-    if capabilities_file is None:
+def capabilities_for(adapters: list[LoRAAdapter], capabilities_file: str | None,
+                     capabilities: list[Capability] | None = None) -> list[Capability]:
+    """One Capability per adapter, in adapter order: from a capabilities.json (it must name every
+    adapter, and its selected capabilities must all have one), from `capabilities` (by name), or
+    else each adapter's name."""
+    if capabilities_file is not None:
+        rows = CapabilitiesFile.read(capabilities_file).capabilities
+        by_name = {c.name: c.definition() for c in rows}
+        wanted = {c.name for c in rows if c.selected}
+    elif capabilities is not None:
+        by_name = {c.name: c for c in capabilities}
+        wanted = set(by_name)
+    else:
         return [adapter_capability(a.name, a.name.replace("_", " ")) for a in adapters]
-    by_name = {c.name: c for c in CapabilitiesFile.read(capabilities_file).capabilities}
     missing = [a.name for a in adapters if a.name not in by_name]
     if missing:
         raise InputError(f"the capability list does not match the adapters: no capability named {missing}", path=capabilities_file)
-    adapter_names = {a.name for a in adapters}
-    orphans = [name for name, c in by_name.items() if c.selected and name not in adapter_names]
+    orphans = sorted(wanted - {a.name for a in adapters})
     if orphans:
         raise InputError(f"the capability list does not match the adapters: no adapter for {orphans}", path=capabilities_file)
-    return [by_name[a.name].definition() for a in adapters]
+    return [by_name[a.name] for a in adapters]
 
 
 def split_heldout(trajectories: list[Trajectory], fraction: float, seed: int) -> tuple[list[Trajectory], list[Trajectory]]:
@@ -110,7 +118,7 @@ def build_composition(
     if not adapter_dirs:
         raise InputError("give at least one adapter directory")
     adapters = [load_adapter(d) for d in adapter_dirs]
-    capabilities = capabilities_for(adapters, options.capabilities_file)
+    capabilities = capabilities_for(adapters, options.capabilities_file, options.capabilities)
     trajectories = load_trajectories(options.trajectories, [c.name for c in capabilities])
     model, tokenizer = loaded_base if loaded_base is not None else load_base(base)
     composition = compose(model, adapters, capabilities, mode=options.mode, base_ref=base, seed=options.seed)  # type: ignore[arg-type]
