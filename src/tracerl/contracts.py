@@ -83,7 +83,7 @@ class Capability(Record):
 
     name: str = Field(description="snake_case identifier; also the adapter's and the environment's name.")
     description: str = Field("", description="What the agent does when it has the capability.")
-    rubric: Rubric = Field(description="What NA, PRESENT and LACKING mean for it (from the description when not given).")
+    rubric: Rubric = Field(description="What NA, PRESENT and LACKING mean for it (generic when not given).")
     decoy: bool = Field(False, description="A capability a good labeller never selects (keeps selection honest).")
     source: Literal["builtin", "user", "discovered"] = Field("builtin", description="Where it came from.")
     example_task_ids: list[str] = Field(default_factory=list, description="Tasks discovery saw it in.")
@@ -113,9 +113,9 @@ class RunFigures(Record):
     LP: int
     PP: int
     NP: int
-    cov: float | None = Field(description="Coverage (LF+PF)/F; None where undefined.")
-    er_minus: float | None = Field(description="ER−: LACKING share among failed trajectories that need it.")
-    er_plus: float | None = Field(description="ER+: LACKING share among passed trajectories that need it.")
+    cov: float | None = Field(description="Cov = LF / (LF + PF + NF): share of failed trajectories lacking it.")
+    er_minus: float | None = Field(description="ER− = LF / (LF + PF); 0 when no failed trajectory needs it (TRACE).")
+    er_plus: float | None = Field(description="ER+ = LP / (LP + PP); 0 when no passed trajectory needs it (TRACE).")
     delta: float | None = Field(description="Δ = ER− − ER+.")
     passed: bool = Field(description="Cov ≥ ρ and Δ ≥ δ in this run.")
 
@@ -129,12 +129,12 @@ class FailedExample(Record):
 
 class CapabilityResult(Capability):
     """One row of capabilities.json: the capability and its selection figures. Means over runs,
-    standard deviations population (ddof 0); None where no run had data."""
+    standard deviations population (ddof 0); None stands for NaN."""
 
     selected: bool
     rank: int = Field(description="1 = first: selected ones first, then by mean Δ.")
     status: Literal["PENDING"] | None = Field(description="PENDING for a selected capability, else None.")
-    note: str | None = Field(None, description="Why a capability that passed was not selected (e.g. select.max_selected).")
+    note: str | None = Field(None, description="Why a capability that passed is not selected (select.max_selected).")
     mean_cov: float | None
     std_cov: float | None
     cov_ci95: tuple[float | None, float | None] = Field(description="95% bootstrap interval of Cov over trajectories.")
@@ -145,7 +145,7 @@ class CapabilityResult(Capability):
     mean_er_plus: float | None
     runs_passed: int
     runs_total: int
-    er_plus_empty_runs: int = Field(description="Runs with no passed trajectory needing it (ER+ undefined, taken as 0).")
+    er_plus_empty_runs: int = Field(description="Runs where no passed trajectory needed it (LP + PP = 0, ER+ taken as 0).")
     er_plus_flag: bool = Field(description="er_plus_empty_runs > 0: Δ rests on ER− alone in some run.")
     unlabelled_pairs: int = Field(description="(trajectory, capability) pairs the labeller left unlabelled.")
     per_run: list[RunFigures]
