@@ -35,6 +35,7 @@ class LocalBackend:
     make_policy: PolicyFactory
     adapter: str = "default"  # the PEFT adapter the sessions sample with
     needs_adapter_files = False  # the policy samples with the live weights
+    samples_with_model = True
 
     def policy(self, *, greedy: bool, seed: int) -> Policy:
         return self.make_policy(greedy, seed)
@@ -52,6 +53,7 @@ class ServerBackend:
     """
 
     needs_adapter_files = True
+    samples_with_model = False
 
     def __init__(self, server_url: str | list[str], tokenizer: Any, adapter: str, *, temperature: float,
                  max_new_tokens: int, api_key: str | None = None, max_concurrency: int = 64,

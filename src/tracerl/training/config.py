@@ -155,6 +155,15 @@ class TrainConfig(BaseModel):
                                              "every optimizer step, so it sets memory and speed, not the loss (up "
                                              "to float rounding). One group per micro-batch runs its shared prompt "
                                              "once.")
+    shard: Literal["none", "fsdp2"] = Field("none", description="How the model is laid out over the ranks of "
+                                             "a torchrun launch (default \"none\": every rank holds the whole base "
+                                             "and adapter, gradients all-reduced as DDP does). \"fsdp2\": PyTorch "
+                                             "FSDP2 (fully_shard, one unit per decoder layer) shards the frozen base "
+                                             "and the adapter, each rank keeping about 1/N of them, for a base that "
+                                             "does not fit on one GPU; rollouts sampled in the trainer gather the "
+                                             "whole model while they run (rollouts from a server do not), and the "
+                                             "shared prompt is not run apart. One process: nothing is sharded. Not "
+                                             "in TRL (there: accelerate's FSDP settings).")
     # --- schedule, evaluation, checkpoints -----------------------------------------------------
     max_steps: int = Field(20, ge=1, description="Steps to train (default 20); one step is one batch of groups "
                            "and num_iterations optimizer steps. May be raised on --resume.")

@@ -17,7 +17,7 @@ from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
 from tracerl.training.backends import LocalBackend, ServerBackend
 from tracerl.training.config import TrainConfig
-from tracerl.training.distributed import World
+from tracerl.training.distributed import World, shard_model
 from tracerl.training.trainer import GRPOTrainer
 
 ADAPTER_NAME = "default"
@@ -101,8 +101,11 @@ def build_trainer(
     from tracerl.models.local import LocalPolicy
 
     check_env(make_env, env_source)
-    model, tokenizer = load_base(base, device_for(world))
+    sharded = config.shard == "fsdp2" and world.size > 1
+    model, tokenizer = load_base(base, torch.device("cpu") if sharded else device_for(world))
     peft_model = attach_lora(model, config, init_adapter)
+    if sharded:  # every rank built the same adapter (seeded), so each keeps its slice of one model
+        shard_model(peft_model, world, device_for(world))
     chat = ChatFormat(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else chat.end_of_turn_id
 

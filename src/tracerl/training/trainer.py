@@ -11,6 +11,10 @@ One step:
    log-probs, gradients summed across ranks, clipped to `max_grad_norm`, AdamW;
 5. save the adapter, hot-swap it into the rollout backend, log a metrics row, checkpoint.
 
+Under `shard: fsdp2` (`training.distributed.shard_model`) every rank runs the same forwards: a rank
+with fewer micro-batches runs a zero-weighted one, the shared prompt is not run apart, and local
+rollouts run with the whole model gathered (`full_parameters`).
+
 Every random draw is seeded from (seed, step, round, rank), so a resumed run repeats exactly what the
 uninterrupted run would have done.
 """
@@ -22,6 +26,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +43,17 @@ from tracerl.training import checkpoint as ckpt
 from tracerl.training.checkpoint import read_metrics  # noqa: F401 — the pipeline reads metrics through the trainer
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
-from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
+from tracerl.training.distributed import (
+    World,
+    all_gather,
+    all_reduce_grads_,
+    all_reduce_sum_,
+    barrier,
+    full_parameters,
+    full_tensor,
+    is_sharded,
+    shard_like,
+)
 from tracerl.training.loss import BatchCounts, policy_loss, shared_prefix_length, token_logprobs
 from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
 
@@ -48,6 +63,7 @@ class RolloutBackend(Protocol):
 
     adapter: str  # the adapter name the sessions sample with
     needs_adapter_files: bool  # True: save the adapter after every step and call after_step with its folder
+    samples_with_model: bool  # True: rollouts run forwards of the training model (a sharded one is gathered first)
 
     def policy(self, *, greedy: bool, seed: int) -> Policy:
         """A policy sampling with the current adapter, its generators seeded from `seed` (greedy: for evaluation)."""
@@ -100,6 +116,7 @@ class GRPOTrainer:
         self.run_info = run_info or {}
         self.on_step = on_step
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.sharded = is_sharded(model)  # FSDP2: parameters are DTensor shards, gradients reduce-scattered in backward
         self.device = next(model.parameters()).device
         if not self.params:
             raise ValueError("the model has no trainable parameters: wrap it with a LoRA adapter first")
@@ -116,20 +133,20 @@ class GRPOTrainer:
         self.out.mkdir(parents=True, exist_ok=True)
         if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
             self._check_same_run()
-            self.state = ckpt.load_checkpoint(found, self.model, self.optimizer, self.world.rank)
+            load = self._load_sharded_checkpoint if self.sharded else ckpt.load_checkpoint
+            self.state = load(found, self.model, self.optimizer, self.world.rank)
             self.metrics = ckpt.checkpoint_metrics(found, self.state, self.out / "metrics.jsonl")
             if self.world.is_main:
                 # rows the killed run logged after its checkpoint are redone: drop them now, not at the next step
                 atomic_write_text(self.out / "metrics.jsonl", ckpt.metrics_text(self.metrics))
                 ckpt.remove_temporaries(self.out)
-                self.backend.after_step(found / "adapter")
-            barrier(self.world)
+            self._swap_in(found / "adapter")
         else:
             if self.world.is_main:
                 write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
-                if self.backend.needs_adapter_files:  # the server samples with the initial adapter too
-                    ckpt.save_adapter(self.model, self.out)
-                    self.backend.after_step(self.out)
+            if self.backend.needs_adapter_files:  # the server samples with the initial adapter too
+                self._save_adapter(self.out)
+                self._swap_in(self.out)
             barrier(self.world)
         if self.state.step == 0 and not self.metrics and self.cfg.eval_episodes > 0:
             self._log({"step": 0, "rollouts_used": 0, "eval_success": self.evaluate()})
@@ -138,8 +155,7 @@ class GRPOTrainer:
             self._log(self.step())
             if self.state.step % self.cfg.save_steps == 0 or self.state.step == self.cfg.max_steps:
                 self._checkpoint()
-        if self.world.is_main:
-            ckpt.save_adapter(self.model, self.out)
+        self._save_adapter(self.out)
         barrier(self.world)
         return self.metrics
 
@@ -192,9 +208,9 @@ class GRPOTrainer:
         row["rollout_seconds"] = round(t_sampled - t0, 3)
         row["update_seconds"] = round(time.perf_counter() - t_sampled, 3)
         self.state.step = step
-        if self.backend.needs_adapter_files and self.world.is_main:
-            ckpt.save_adapter(self.model, self.out)
-            self.backend.after_step(self.out)
+        if self.backend.needs_adapter_files:
+            self._save_adapter(self.out)
+            self._swap_in(self.out)
         barrier(self.world)
         last = step == cfg.max_steps or not self._budget_allows_step()
         if cfg.eval_episodes > 0 and (step % cfg.eval_steps == 0 or last):
@@ -231,7 +247,7 @@ class GRPOTrainer:
         policy_seed = derive_seed(cfg.seed, step, round_, "sample", self.world.rank)
         torch.manual_seed(policy_seed)
         self.model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), self._sampling():
             trajs = rollout(self.make_env, self.backend.policy(greedy=False, seed=policy_seed), episodes,
                             batch_size=cfg.rollout.batch_size)
         n = cfg.num_generations
@@ -262,8 +278,10 @@ class GRPOTrainer:
                     "grad_norm": None, "trained_sequences": 0}
         shard = self.world.chunk(sequences)  # contiguous: a micro-batch holds whole groups (shared prompts)
         micro = [shard[i:i + cfg.per_device_train_batch_size] for i in range(0, len(shard), cfg.per_device_train_batch_size)]
-        self._prepare_old_logprobs(micro)
-        refs = self._reference_logprobs(micro) if cfg.beta > 0 else [None] * len(micro)
+        filler = sequences[:1]  # what a sharded rank with fewer micro-batches runs (weight 0) to keep in step
+        self._prepare_old_logprobs(micro, filler)
+        refs = self._reference_logprobs(micro, filler) if cfg.beta > 0 else [None] * len(micro)
+        fillers = self._forwards_in_step(len(micro)) - len(micro)
         self.model.train()
         totals = torch.zeros(6, dtype=torch.float64, device=self.device)  # loss, tokens, clipped, approx_kl, kl, entropy
         grad_norm = 0.0
@@ -283,8 +301,11 @@ class GRPOTrainer:
                                         stats["approx_kl"].item(), stats["kl"].item(),
                                         (entropy.detach() * batch.loss_mask).sum().item()],
                                        dtype=torch.float64, device=self.device)
-            all_reduce_grads_(self.world, self.params)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm).item()
+            for _ in range(fillers):
+                (self._logprobs(collate(filler, self.pad_id).to(self.device))[0].sum() * 0.0).backward()
+            if not self.sharded:  # FSDP2 summed them in backward
+                all_reduce_grads_(self.world, self.params)
+            grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)).item()
             self.optimizer.step()
             all_reduce_sum_(self.world, [totals])
         self.model.eval()
@@ -298,33 +319,52 @@ class GRPOTrainer:
 
     def _logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Token log-probs and entropies of a micro-batch; the prompt the rows share runs once."""
-        prefix = shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
+        # sharded: one forward per micro-batch, so every rank's forwards pair up (the prefix run would add one)
+        prefix = 0 if self.sharded else shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
         return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.rollout.temperature, prefix_len=prefix)
 
     @torch.no_grad()
-    def _prepare_old_logprobs(self, micro: list[list[TrainSequence]]) -> None:
+    def _prepare_old_logprobs(self, micro: list[list[TrainSequence]], filler: list[TrainSequence]) -> None:
         """Hinted rollouts: the sampling weights' log-probs on the hint-free context (see sequences.py)."""
         self.model.eval()
-        for part in micro:
-            hinted = [s for s in part if s.hinted]
-            if not hinted:
-                continue
+        hinted_parts = [h for h in ([s for s in part if s.hinted] for part in micro) if h]
+        runs = self._forwards_in_step(len(hinted_parts))  # agreed before any forward: a forward is a collective
+        for hinted in hinted_parts:
             batch = collate(hinted, self.pad_id).to(self.device)
             logp, _ = self._logprobs(batch)
             for i, s in enumerate(hinted):
                 s.old_logprobs = logp[i, : len(s.ids)].tolist()
                 s.hinted = False
+        self._fill_forwards(runs - len(hinted_parts), filler)
 
     @torch.no_grad()
-    def _reference_logprobs(self, micro: list[list[TrainSequence]]) -> list[torch.Tensor]:
+    def _reference_logprobs(self, micro: list[list[TrainSequence]], filler: list[TrainSequence]) -> list[torch.Tensor]:
         """The base model's log-probs (adapter disabled) for the KL term."""
         self.model.eval()
         out = []
+        runs = self._forwards_in_step(len(micro))
         with self.model.disable_adapter():
             for part in micro:
                 batch = collate(part, self.pad_id).to(self.device)
                 out.append(self._logprobs(batch)[0])
+            self._fill_forwards(runs - len(micro), filler)
         return out
+
+    def _forwards_in_step(self, mine: int) -> int:
+        """How many forwards every rank runs where this one needs `mine`: sharded, the most any rank needs
+        (each forward gathers the shards, a collective every rank must join); otherwise `mine`.
+        Itself a collective: call it before the forwards."""
+        return max(all_gather(self.world, mine)) if self.sharded else mine
+
+    @torch.no_grad()
+    def _fill_forwards(self, count: int, filler: list[TrainSequence]) -> None:
+        """`count` forwards of `filler`, results unused: a sharded rank keeping in step with the busiest."""
+        for _ in range(count):
+            self._logprobs(collate(filler, self.pad_id).to(self.device))
+
+    def _sampling(self):
+        """Where rollouts run: a sharded model sampling locally is gathered whole (ranks sample different forwards)."""
+        return full_parameters(self.model) if self.sharded and self.backend.samples_with_model else nullcontext()
 
     # ----------------------------------------------------------- evaluation ---------------------
     @torch.no_grad()
@@ -333,9 +373,10 @@ class GRPOTrainer:
         cfg = self.cfg
         seeds = self.world.shard([cfg.eval_seed_start + i for i in range(cfg.eval_episodes)])
         self.model.eval()
-        trajs = rollout(self.make_eval_env, self.backend.policy(greedy=True, seed=cfg.seed),
-                        [Episode(seed=s, adapter=self.backend.adapter) for s in seeds],
-                        batch_size=cfg.rollout.batch_size)
+        with self._sampling():
+            trajs = rollout(self.make_eval_env, self.backend.policy(greedy=True, seed=cfg.seed),
+                            [Episode(seed=s, adapter=self.backend.adapter) for s in seeds],
+                            batch_size=cfg.rollout.batch_size)
         passed = sum(sum(t.passed for t in part) for part in all_gather(self.world, trajs))
         return passed / max(cfg.eval_episodes, 1)
 
@@ -355,8 +396,81 @@ class GRPOTrainer:
 
     def _checkpoint(self) -> None:
         rngs = all_gather(self.world, ckpt.rng_state())
+        model, optimizer = _FullState.gather(self.model, self.optimizer) if self.sharded else (self.model, self.optimizer)
         if self.world.is_main:
-            ckpt.save_checkpoint(self.out, self.model, self.optimizer, self.state, rngs, self.metrics)
-            ckpt.save_adapter(self.model, self.out)
+            ckpt.save_checkpoint(self.out, model, optimizer, self.state, rngs, self.metrics)
+            ckpt.save_adapter(model, self.out)
         barrier(self.world)
+
+    def _save_adapter(self, directory: Path) -> None:
+        """Rank 0 writes the adapter into `directory` (every rank calls this: a sharded adapter is gathered first)."""
+        model = _FullState.gather(self.model, None)[0] if self.sharded else self.model
+        if self.world.is_main:
+            ckpt.save_adapter(model, directory)
+
+    def _swap_in(self, adapter_dir: Path) -> None:
+        """Rank 0 makes the adapter in `adapter_dir` the one that samples next (every rank calls this).
+
+        The served-policy check runs forwards on rank 0 alone: a sharded model is gathered whole for it."""
+        with full_parameters(self.model) if self.sharded and self.backend.needs_adapter_files else nullcontext():
+            if self.world.is_main:
+                self.backend.after_step(adapter_dir)
+        barrier(self.world)
+
+    @staticmethod
+    def _load_sharded_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                                 rank: int) -> ckpt.TrainState:
+        """`checkpoint.load_checkpoint` for a sharded model: each rank keeps its shard of the saved (whole) tensors."""
+        from safetensors.torch import load_file
+
+        from tracerl.core.io import read_json
+
+        saved = load_file(str(path / "adapter" / "adapter_model.safetensors"))
+        adapter = model.active_adapter
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.requires_grad:
+                    p.copy_(shard_like(saved[name.replace(f".{adapter}.", ".")].to(p.dtype), p))
+        state = torch.load(path / "optimizer.pt", weights_only=False)
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for index, values in state["state"].items():
+            for key, value in values.items():
+                if key != "step":
+                    values[key] = shard_like(value, params[index])
+        optimizer.load_state_dict(state)
+        rng_file = path / f"rng-rank{rank}.pt"
+        if rng_file.exists():
+            ckpt.set_rng_state(torch.load(rng_file, weights_only=False))
+        data = read_json(path / "state.json")
+        return ckpt.TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
+                               metrics_rows=int(data["metrics_rows"]))
+
+
+@dataclass
+class _FullState:
+    """A sharded run's adapter and optimizer state gathered whole, in the shape `checkpoint` writes:
+    `save_pretrained` writes the whole adapter, `state_dict` is the optimizer's with whole tensors, so a
+    sharded run's files are those of an unsharded one."""
+
+    model: Any
+    adapter_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any] | None
+
+    @classmethod
+    def gather(cls, model: Any, optimizer: torch.optim.Optimizer | None) -> tuple[_FullState, _FullState]:
+        """Every rank calls this (each whole tensor is a collective); one object stands for model and optimizer."""
+        adapter = {n: full_tensor(p.detach()) for n, p in model.named_parameters() if p.requires_grad}
+        opt = None
+        if optimizer is not None:
+            opt = optimizer.state_dict()
+            opt["state"] = {i: {k: full_tensor(v) for k, v in values.items()} for i, values in opt["state"].items()}
+        full = cls(model, adapter, opt)
+        return full, full
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        self.model.save_pretrained(str(directory), state_dict=self.adapter_state)
+
+    def state_dict(self) -> dict[str, Any]:
+        assert self.optimizer_state is not None
+        return self.optimizer_state
 

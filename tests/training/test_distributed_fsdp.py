@@ -1,0 +1,96 @@
+"""`shard: fsdp2` — the base and the adapter sharded with FSDP2 over 2 gloo processes on the CPU, the tiny Qwen3.
+
+Measured by distributed_worker.py under torchrun: the sharded update equals the whole-batch update of one
+process, each rank stores half of every weight, a sharded run trains the adapter a replicated (DDP) run
+trains, and a sharded run resumed from its checkpoint ends bit-identical to the uninterrupted one.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from training_helpers import save_tiny_base
+
+HERE = Path(__file__).parent
+WORKER = HERE / "distributed_worker.py"
+LEARNING_RATE = 2e-2  # letters_run.config's
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return save_tiny_base(tmp_path_factory.mktemp("base"))
+
+
+def torchrun(*args: str) -> None:
+    command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2", str(WORKER), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(base, tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp2")
+    torchrun(base, str(out), "train", "--shard", "fsdp2", "--steps", "2")
+    return out
+
+
+def adapter(directory: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(directory / "adapter_model.safetensors"))
+
+
+def rows(directory: Path) -> list[dict]:
+    return [json.loads(x) for x in (directory / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sharded_update_equals_one_process_and_each_rank_holds_half(base, tmp_path):
+    torchrun(base, str(tmp_path), "same-batch")
+    got = json.loads((tmp_path / "same-batch.json").read_text())
+    assert got["micro_batches"] == [2, 1]  # ranks ran different numbers of micro-batches (the filler kept them in step)
+    # the reduce-scattered gradient is the whole batch's (float summation order aside) …
+    assert got["grad_allclose_rtol_1e-4"] and got["grad_max_abs"] > 0
+    # … and so is the AdamW step: every parameter moved by ~lr, the two runs agree to far below it
+    assert got["param_moved"] > 0.5 * LEARNING_RATE
+    assert got["param_max_abs_diff"] < 1e-2 * LEARNING_RATE
+    # each rank stores half of the frozen base and half of the adapter
+    for rank in got["ranks"]:
+        assert rank["base_local"] == got["base_total"] // 2
+        assert rank["adapter_local"] == got["adapter_total"] // 2
+
+
+@pytest.mark.slow
+def test_sharded_run_trains_the_replicated_runs_adapter(base, fsdp_run, tmp_path):
+    """Two steps (hinted rollouts, 2 optimizer steps each) under DDP-style replicas and under FSDP2."""
+    torchrun(base, str(tmp_path), "train", "--shard", "none", "--steps", "2")
+    ddp, fsdp = adapter(tmp_path), adapter(fsdp_run)
+    assert ddp.keys() == fsdp.keys()
+    # the same rollouts (sampled with the gathered model) …
+    same = ("step", "rollouts_used", "reward_mean", "informative_groups", "trained_sequences", "loss_tokens")
+    assert [{k: r.get(k) for k in same} for r in rows(tmp_path)] == [{k: r.get(k) for k in same} for r in rows(fsdp_run)]
+    # … and the same adapter up to float summation order (measured 1.7e-5 on 2026-12-02; an AdamW step moves ~lr)
+    worst = max((ddp[k] - fsdp[k]).abs().max().item() for k in ddp)
+    assert worst < 1e-2 * LEARNING_RATE, worst
+    # the sharded run's checkpoint holds whole tensors, as an unsharded run's does
+    state = torch.load(fsdp_run / "checkpoint" / "optimizer.pt", weights_only=False)["state"]
+    ref = torch.load(tmp_path / "checkpoint" / "optimizer.pt", weights_only=False)["state"]
+    assert {i: {k: v.shape for k, v in s.items()} for i, s in state.items()} == \
+           {i: {k: v.shape for k, v in s.items()} for i, s in ref.items()}
+
+
+@pytest.mark.slow
+def test_sharded_run_resumed_ends_bit_identical(base, fsdp_run, tmp_path):
+    """1 step, then --resume to 2: the checkpoint's whole tensors are sharded back exactly (optimizer state too)."""
+    torchrun(base, str(tmp_path), "train", "--shard", "fsdp2", "--steps", "1")
+    torchrun(base, str(tmp_path), "train", "--shard", "fsdp2", "--steps", "2", "--resume")
+    a, b = adapter(fsdp_run), adapter(tmp_path)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # the same rows, but for step 1's evaluation, which the 1-step run added as its last step
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("seconds")  # noqa: E731
+                         and not (k == "eval_success" and r["step"] == 1)} for r in rs]
+    assert strip(rows(fsdp_run)) == strip(rows(tmp_path))
