@@ -16,7 +16,34 @@ from tracerl.core.errors import InputError
 console = Console(stderr=True)
 
 
-def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[str] | None, as_json: bool) -> None:
+def single_process(command: str, config_path: Path, workspace: Path | None) -> None:
+    """The pipeline runs in one process: under torchrun (WORLD_SIZE > 1) every rank would run all of it on
+    one workspace, so refuse before anything is read or written, naming the command that trains on ranks."""
+    import os
+
+    size = os.environ.get("WORLD_SIZE", "1").strip()
+    if size in ("", "0", "1"):
+        return
+    message = f"`tracerl {command}` is single-process (started with WORLD_SIZE={size}): run it without torchrun"
+    if command != "eval":
+        envs = f"{workspace}/envs" if workspace is not None else "WORKSPACE/envs"
+        base, server = "BASE", ""
+        try:
+            from tracerl.config import load_run_config
+
+            model = load_run_config(config_path).model
+            base, server = model.base, f" --server {model.server_url}" if model.server_url else ""
+        except InputError:
+            pass  # the placeholders stand
+        message += (f"; to train on {size} ranks: `torchrun --nproc_per_node={size} -m tracerl.cli train --all --env "
+                    f"{envs} --out ADAPTERS --config {config_path} --base {base}{server}` (GRPO on the target: "
+                    "--env <target env> --max-rollouts N)")
+    raise InputError(message)
+
+
+def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[str] | None, as_json: bool,
+         command: str = "run") -> None:
+    single_process(command, config_path, workspace)
     from tracerl.config import load_run_config
     from tracerl.pipeline import Pipeline
 
@@ -77,7 +104,7 @@ def demo(
     """`tracerl run` on the embedded default: built-in airline target, the shipped tiny agent, CPU only."""
     from tracerl.config import DEMO_CONFIG
 
-    _run(DEMO_CONFIG, workspace, force, None, as_json)
+    _run(DEMO_CONFIG, workspace, force, None, as_json, command="demo")
 
 
 def evaluate(
@@ -86,10 +113,11 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
 ) -> None:
     """Evaluate every variant of a run on the held-out test tasks, then rebuild the report."""
+    single_process("eval", workspace / "config.yaml", workspace)
     config = workspace / "config.yaml"
     if not config.exists():
         raise InputError("not a tracerl workspace (no config.yaml)", path=str(workspace))
-    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json)
+    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json, command="eval")
 
 
 def register(app: typer.Typer) -> None:
