@@ -36,7 +36,8 @@ from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, TrainRun, read_calibration, read_metrics,
+    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, TrainRun, eval_file_stem,
+    read_calibration, read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
@@ -110,7 +111,8 @@ class Pipeline:
                                   ["baselines/grpo_target/adapter_model.safetensors",
                                    "baselines/grpo_target/metrics.jsonl"]))
         for variant, inputs in self.variants().items():
-            out.append(self.stage(f"eval:{variant}", inputs + target_files, [f"eval/{_stem(variant)}.json"], variant))
+            out.append(self.stage(f"eval:{variant}", inputs + target_files, [f"eval/{eval_file_stem(variant)}.json"],
+                                  variant))
         metrics = [f"adapters/{c}/metrics.jsonl" for c in caps] + ["baselines/grpo_target/metrics.jsonl"]
         out.append(self.stage("report", ["config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "eval",
                                          "gate_data/summary.json"] + metrics
@@ -442,12 +444,13 @@ class StageFunctions:
         result = summarize_variant(variant, trajectories, rollouts_used=rollouts_used,
                                    capabilities=[x.name for x in self.selected()], base=base,
                                    bootstrap=cfg.bootstrap, seed=c.seed)
-        write_jsonl(self.path(f"eval/{_stem(variant)}.jsonl"), trajectories)
+        write_jsonl(self.path(f"eval/{eval_file_stem(variant)}.jsonl"), trajectories)
         if c.target.env.startswith("tau2:"):  # τ²-bench's own results file too, for its tools (`tau2 view`)
             from tracerl.envs.tau2_live import write_tau2_results
 
-            write_tau2_results(self.path(f"eval/tau2/{_stem(variant)}.json"), make_env(), trajectories, agent=variant)
-        result.write(self.path(f"eval/{_stem(variant)}.json"))
+            write_tau2_results(self.path(f"eval/tau2/{eval_file_stem(variant)}.json"), make_env(), trajectories,
+                               agent=variant)
+        result.write(self.path(f"eval/{eval_file_stem(variant)}.json"))
         return {"pass1": result.pass1.mean, "rollouts_used": rollouts_used}
 
     def report(self, c: View) -> dict[str, Any]:
@@ -470,10 +473,6 @@ def _llm_config(c: View):
 
     a = c.analysis
     return LLMConfig(base_url=a.base_url, model=a.model, api_key=os.environ.get(a.api_key_env))
-
-
-def _stem(variant: str) -> str:
-    return variant.replace(":", "-")
 
 
 class _progress:

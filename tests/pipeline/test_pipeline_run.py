@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases (pytest runs with --import-mode=importlib)
+
+from contract_cases import check_workspace
+
 from tracerl.cli import main
+from tracerl.contracts import EnvIndex
 from tracerl.core.io import read_json
 
 SMALL = """
@@ -63,8 +68,14 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     assert trace_budget > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
-    assert sorted(report["trained_rejected"]) == sorted(read_json(ws / "envs" / "index.json")["capabilities"])
+    assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())
     assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()
+    # every file passed between the stages reads through its contract, and none lacks one
+    read = check_workspace(ws)
+    for pattern in ("capabilities.json", "envs/index.json", "envs/*/calibration.json", "adapters/*/train_config.json",
+                    "adapters/*/metrics.jsonl", "gate_data/summary.json", "composed*/composition.json", "eval/*.json",
+                    "report/report.json"):
+        assert read.get(pattern), pattern
     # a second run changes nothing
     assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0
     assert not any(s["ran"] for s in json.loads(capsys.readouterr().out)["stages"])
