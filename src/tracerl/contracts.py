@@ -193,9 +193,11 @@ class CapabilitiesFile(Contract):
 
 
 class EnvCalibration(Record):
-    accepted: bool
-    difficulty: int
-    success_rate: float
+    """calibration.json's outcome in short (the file itself: `read_calibration`)."""
+
+    accepted: bool = Field(description="Within TRACE's bands at `difficulty`.")
+    difficulty: int = Field(description="The accepted difficulty, or the last one tried.")
+    success_rate: float = Field(description="The base policy's success rate there.")
     stop_reason: str
 
 
@@ -238,26 +240,26 @@ class TrainRun(Contract):
 class MetricsRow(Record):
     """One line of metrics.jsonl: a GRPO step (step 0: the evaluation before training)."""
 
-    step: int
-    rollouts_used: int = Field(description="Rollouts consumed so far.")
-    reward_mean: float | None = None
-    reward_std: float | None = None
-    success_rate: float | None = None
-    groups_sampled: int | None = None
-    informative_groups: int | None = None
-    sampling_rounds: int | None = None
-    loss: float | None = None
-    clip_ratio: float | None = None
-    approx_kl: float | None = None
-    kl: float | None = None
-    entropy: float | None = None
-    grad_norm: float | None = None
-    trained_sequences: int | None = None
-    loss_tokens: int | None = None
-    rollout_seconds: float | None = None
-    update_seconds: float | None = None
+    step: int = Field(description="GRPO steps done (0: the held-out evaluation before training).")
+    rollouts_used: int = Field(description="Rollouts consumed so far, resampled ones included.")
+    reward_mean: float | None = Field(None, description="Mean reward of the step's rollouts.")
+    reward_std: float | None = Field(None, description="Their standard deviation.")
+    success_rate: float | None = Field(None, description="Share of the step's rollouts that passed.")
+    groups_sampled: int | None = Field(None, description="GRPO groups sampled this step.")
+    informative_groups: int | None = Field(None, description="Groups with unequal rewards (the others carry no signal).")
+    sampling_rounds: int | None = Field(None, description="Sampling rounds (resampling while groups were uninformative).")
+    loss: float | None = Field(None, description="The GRPO loss; None when no group was informative.")
+    clip_ratio: float | None = Field(None, description="Share of loss tokens whose ratio was clipped.")
+    approx_kl: float | None = Field(None, description="Mean approximate KL, sampler vs trained policy, per loss token.")
+    kl: float | None = Field(None, description="Mean KL to the reference (base) policy per loss token.")
+    entropy: float | None = Field(None, description="Mean token entropy over loss tokens.")
+    grad_norm: float | None = Field(None, description="Gradient norm before clipping.")
+    trained_sequences: int | None = Field(None, description="Sequences in the update.")
+    loss_tokens: int | None = Field(None, description="Tokens the loss was taken over.")
+    rollout_seconds: float | None = Field(None, description="Wall time of sampling.")
+    update_seconds: float | None = Field(None, description="Wall time of the update.")
     eval_success: float | None = Field(None, description="Held-out greedy success, on evaluation steps only.")
-    seconds: float | None = None
+    seconds: float | None = Field(None, description="Wall time of the whole step.")
 
 
 def read_metrics(path: str | Path) -> list[MetricsRow]:
