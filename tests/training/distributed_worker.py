@@ -2,11 +2,14 @@
 
     torchrun --standalone --nproc_per_node=2 distributed_worker.py BASE OUT same-batch
     torchrun --standalone --nproc_per_node=2 distributed_worker.py BASE OUT train --shard fsdp2 --steps 2 [--resume]
+    torchrun --standalone --nproc_per_node=2 distributed_worker.py BASE OUT server
 
 same-batch: one update on one sampled batch, FSDP2-sharded vs one process on the whole batch (gradient,
 AdamW step), with micro-batch counts that differ between the ranks, hinted rollouts and a KL term; rank 0
 writes what it measured to OUT/same-batch.json (also each rank's share of the parameters).
 train: `GRPOTrainer.train` with `shard` as given, into OUT (the adapter and metrics, as any run).
+server: a sharded run whose rollouts come from `tracerl serve` (in rank 0's process), the adapter hot-swapped
+and checked after each step; rank 0 writes OUT/server.json.
 """
 
 import argparse
@@ -75,17 +78,54 @@ def train(base: str, out: Path, shard: str, steps: int, resume: bool) -> None:
     shutdown(world)
 
 
+def server(base: str, out: Path) -> None:
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+
+    world = init_world()
+    cfg = config(2).model_copy(update={"shard": "fsdp2", "num_iterations": 1})
+    served = thread = None
+    if world.is_main:
+        model, tok = load_model(base)
+        served = LocalPolicy(model, tok, logprobs_mode="processed_logprobs")
+        thread = ServerThread(served).__enter__()
+    url = all_gather(world, thread.base_url if thread else None)[0]
+    try:
+        trainer = build_trainer(cfg, base, LetterEnv, out / "run", world=world, server_url=url, served_model="letters")
+        rows = trainer.train()
+        if world.is_main:
+            on_server = get_peft_model_state_dict(served.model, adapter_name="letters")
+            saved = load_file(str(out / "run" / "adapter_model.safetensors"))
+            (out / "server.json").write_text(json.dumps({
+                "swaps": trainer.backend.swaps, "rows": rows,
+                "served_equals_saved": saved.keys() == on_server.keys()
+                and all(torch.equal(saved[k], on_server[k]) for k in saved),
+                "served_check_difference": trainer.backend.check.last_difference,
+                "trained": any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k),
+            }, indent=2))
+        all_gather(world, None)  # rank 0 serves until every rank is done
+    finally:
+        if thread is not None:
+            thread.__exit__(None, None, None)
+    shutdown(world)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("base")
     ap.add_argument("out", type=Path)
-    ap.add_argument("mode", choices=["same-batch", "train"])
+    ap.add_argument("mode", choices=["same-batch", "train", "server"])
     ap.add_argument("--shard", default="fsdp2")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
     if args.mode == "same-batch":
         same_batch(args.base, args.out)
+    elif args.mode == "server":
+        server(args.base, args.out)
     else:
         train(args.base, args.out, args.shard, args.steps, args.resume)
 

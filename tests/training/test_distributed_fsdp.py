@@ -2,7 +2,8 @@
 
 Measured by distributed_worker.py under torchrun: the sharded update equals the whole-batch update of one
 process, each rank stores half of every weight, a sharded run trains the adapter a replicated (DDP) run
-trains, and a sharded run resumed from its checkpoint ends bit-identical to the uninterrupted one.
+trains, a sharded run resumed from its checkpoint ends bit-identical to the uninterrupted one, and a
+sharded run with rollouts from a server hot-swaps and checks the adapter after every step.
 """
 
 import json
@@ -94,3 +95,16 @@ def test_sharded_run_resumed_ends_bit_identical(base, fsdp_run, tmp_path):
     strip = lambda rs: [{k: v for k, v in r.items() if not k.endswith("seconds")  # noqa: E731
                          and not (k == "eval_success" and r["step"] == 1)} for r in rs]
     assert strip(rows(fsdp_run)) == strip(rows(tmp_path))
+
+
+@pytest.mark.slow
+def test_sharded_run_with_server_rollouts(base, tmp_path):
+    """Rollouts from `tracerl serve`; rank 0 swaps the adapter and checks it while rank 1 joins its forwards."""
+    torchrun(base, str(tmp_path), "server")
+    got = json.loads((tmp_path / "server.json").read_text())
+    assert got["swaps"] == 1 + 2  # the initial adapter, then after each step
+    assert got["served_equals_saved"] and got["trained"]
+    assert got["served_check_difference"][0] < 2e-3  # the served adapter's log-probs are the sharded trainer's
+    for row in got["rows"]:
+        if row.get("loss") is not None:  # the server sampled with the previous step's adapter: first-pass ratio 1
+            assert row["approx_kl"] < 1e-5 and row["clip_ratio"] == 0.0

@@ -43,6 +43,9 @@ class LocalBackend:
     def after_step(self, adapter_dir: Path) -> None:
         """Nothing to do: the policy samples with the live weights."""
 
+    def follow_after_step(self) -> None:
+        """Nothing: `after_step` runs no forward."""
+
 
 class ServerBackend:
     """Rollouts from OpenAI-compatible servers that serve the adapter under the name `adapter`.
@@ -106,6 +109,14 @@ class ServerBackend:
         self.swaps += 1
         if self.check is not None:
             self.check.after_swap(self.control, self.adapter, f"after swap {self.swaps} ({path})")
+
+    def follow_after_step(self) -> None:
+        """The trainer-side forwards of `after_step`'s check (`ServedCheck.after_swap`), results unused: run by the
+        other ranks of a sharded (FSDP2) model, whose forwards are collectives, while rank 0 checks."""
+        if self.check is not None:
+            from tracerl.training.served import local_logprobs
+
+            local_logprobs(self.check.model, self.check.prompts, self.check.temperature, adapter=True)
 
 
 def _fresh_copy(adapter_dir: Path, dest: Path) -> Path:

@@ -73,6 +73,11 @@ class RolloutBackend(Protocol):
         """Make the adapter just saved in `adapter_dir` the one that samples next."""
         ...
 
+    def follow_after_step(self) -> None:
+        """On the other ranks while rank 0 runs `after_step`, under FSDP2: the same forwards of the training model
+        (each is a collective), results unused."""
+        ...
+
 
 def derive_seed(*parts: Any) -> int:
     """A 63-bit seed from any parts, stable across processes and Python versions."""
@@ -409,12 +414,11 @@ class GRPOTrainer:
             ckpt.save_adapter(model, directory)
 
     def _swap_in(self, adapter_dir: Path) -> None:
-        """Rank 0 makes the adapter in `adapter_dir` the one that samples next (every rank calls this).
-
-        The served-policy check runs forwards on rank 0 alone: a sharded model is gathered whole for it."""
-        with full_parameters(self.model) if self.sharded and self.backend.needs_adapter_files else nullcontext():
-            if self.world.is_main:
-                self.backend.after_step(adapter_dir)
+        """Rank 0 makes the adapter in `adapter_dir` the one that samples next (every rank calls this)."""
+        if self.world.is_main:
+            self.backend.after_step(adapter_dir)
+        elif self.sharded:  # rank 0's served-policy check runs forwards of the sharded model: join them
+            self.backend.follow_after_step()
         barrier(self.world)
 
     @staticmethod
