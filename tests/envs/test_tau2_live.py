@@ -219,7 +219,7 @@ def test_retail_gold_replays_pass_under_db_basis_and_damaged_ones_fail(tau2_pyth
     played = len(env.task_ids) - len(simulator_errors)
     print(f"\nretail gold replays: {played - len(failures)}/{played} at reward 1.0 (DB), {elapsed:.0f} s; "
           f"user simulator failed on {len(simulator_errors)}")
-    assert failures == [] and played >= 75, (failures, simulator_errors)  # measured: 80 of 114 (2026-12-01)
+    assert failures == [] and simulator_errors == [], (failures, simulator_errors)  # measured: 114 of 114 (2026-12-02)
     for task_id, gold, last_write in damaged:
         dropped = gold[:last_write] + gold[last_write + 1:]
         assert replay(env, task_id, dropped) == (0.0, "agent_stop"), task_id

@@ -85,7 +85,9 @@ def test_chat_with_tools_returns_parseable_tool_calls(client, toy):
 
 def test_without_tools_the_text_is_the_answer(client, toy):
     """No tools offered (τ²-bench's user simulator) or tool_choice 'none': no tool_calls, as OpenAI and
-    vLLM answer; the same greedy reply that is a tool call when tools are offered comes back as text."""
+    vLLM answer; the same greedy reply that is a tool call when tools are offered comes back as text,
+    and so does a malformed call (cut short), as vLLM's hermes parser returns it: OpenAI clients such as
+    τ²-bench json-decode every call's arguments."""
     messages, tools = store_chat(toy)
     response = client.chat.completions.create(model="toy", messages=messages, tools=tools, tool_choice="none",
                                               temperature=0, max_tokens=40)
@@ -95,6 +97,9 @@ def test_without_tools_the_text_is_the_answer(client, toy):
         {"name": "get_price", "arguments": {"item_id": "A1"}}
     plain = client.chat.completions.create(model="toy", messages=messages, temperature=0, max_tokens=40).choices[0]
     assert plain.message.tool_calls is None and isinstance(plain.message.content, str)
+    cut = client.chat.completions.create(model="toy", messages=messages, tools=tools, temperature=0, max_tokens=8).choices[0]
+    assert cut.message.tool_calls is None and cut.message.content.startswith("<tool_call>")  # malformed: text
+    assert cut.finish_reason == "length"
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -134,6 +134,7 @@ class Episode:
                 orch.step()
                 orch._check_termination()
         except Exception as e:  # a user-simulator call that failed: τ²-bench's infrastructure error
+            traceback.print_exc(file=sys.stderr)  # into the bridge's log
             orch.done = True
             orch.termination_reason = TerminationReason.INFRASTRUCTURE_ERROR
             self.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]

@@ -340,8 +340,8 @@ class Tau2Env(Env):
         breakdown = {str(k): float(v) for k, v in (reward_info.get("reward_breakdown") or {}).items() if v is not None}
         info = {"termination": termination, "reward_breakdown": breakdown, "reward_info": reward_info,
                 "trajectory_info": {"tau2_simulation": self.simulation}}
-        if answer.get("error"):
-            info["error"] = answer["error"]
+        if answer.get("error"):  # what broke the episode (e.g. the user simulator's reply), kept with it
+            info["error"] = info["trajectory_info"]["tau2_error"] = answer["error"]
         truncated = termination in PREMATURE
         return new, float(answer["reward"]), not truncated, truncated, info
 

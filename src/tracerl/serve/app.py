@@ -276,10 +276,11 @@ def create_app(
         for index, res in enumerate(results):
             body = [t for t in res.token_ids if t not in chat.stop_ids]
             text = chat.decode(body)
+            parsed = Message.assistant(text)  # no tools offered (e.g. a user simulator): the text is the answer
             if tools and req.tool_choice != "none":
-                parsed = parse_assistant_text(text, make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}").message
-            else:  # no tools offered (e.g. a user simulator): the text is the answer, as OpenAI and vLLM give it
-                parsed = Message.assistant(text)
+                found = parse_assistant_text(text, make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}")
+                if not found.errors:  # a malformed call stays text, as vLLM's hermes parser leaves it
+                    parsed = found.message
             message = parsed.to_openai()
             message.setdefault("content", None)
             finish = "tool_calls" if parsed.tool_calls else res.finish_reason
