@@ -193,14 +193,15 @@ def test_two_servers_share_the_rollouts(vllm_server, vllm_logs, tmp_path):
 
 
 def test_the_documented_command_is_the_tested_one():
-    """`tracerl.models.remote` gives the command conftest.py runs (model folder and port aside)."""
-    from vllm_servers import vllm_command
-
+    """`tracerl.models.remote` gives the command the tests run (`tracerl.models.vllm_cpu`), and so does README."""
     import tracerl.models.remote as remote
+    from tracerl.models.vllm_cpu import vllm_command
 
-    tested = " ".join(vllm_command(8000)).replace(str(vllm_command(8000)[3]), "MODEL_DIR")
+    tested = " ".join(vllm_command("MODEL_DIR", 8000))
     documented = " ".join(remote.__doc__.replace("\\\n", " ").split())
     assert tested in documented, (tested, documented)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert " ".join(vllm_command("Qwen/Qwen3-8B", 8000)) in readme
 
 
 def test_chat_completions_return_the_agents_tool_calls(vllm_server):
@@ -234,3 +235,26 @@ def test_chat_completions_return_the_agents_tool_calls(vllm_server):
     got = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls]
     assert got == [(c.function.name, json.loads(c.function.arguments)) for c in expected]
     assert got[0][0] == "get_user_details"
+
+
+def test_episodes_in_flight_equal_rounds_of_act(vllm_server):
+    """`rollout` through `RemotePolicy.turns` (a turn requested as soon as its episode is ready)
+    plays the episodes that rounds of `act` play (`engine="lockstep"`): seeds follow session and turn."""
+    from tracerl.envs.airline.env import AirlineEnv
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.models.local import load_model
+    from tracerl.models.remote import RemotePolicy, RemoteTurns
+
+    _, tokenizer = load_model("tiny-agent", device="cpu")
+    episodes = [Episode(seed=1_000_003 + k) for k in range(6)] + [Episode(seed=1_000_003)] * 4
+    for temperature in (0.0, 1.0):
+        played = {}
+        for engine in ("lockstep", "continuous"):
+            policy = RemotePolicy(vllm_server.url, tokenizer, model="base", temperature=temperature, max_new_tokens=96,
+                                  seed=0, engine=engine)
+            assert isinstance(policy.turns(4), RemoteTurns) == (engine == "continuous")
+            played[engine] = rollout(lambda: AirlineEnv(split="test", max_turns=6), policy, episodes, batch_size=4)
+        assert sum(t.num_turns for t in played["lockstep"]) >= 20
+        for a, b in zip(played["lockstep"], played["continuous"], strict=True):
+            assert a.tokens.ids == b.tokens.ids and a.tokens.mask == b.tokens.mask and a.messages == b.messages
+            assert a.tokens.logprobs == pytest.approx(b.tokens.logprobs, abs=1e-4)

@@ -10,6 +10,11 @@ log-probs. Adapters are served by name (`model=<adapter>`), loaded and unloaded 
     policy.swap_adapter("precondition", "/ckpt/precondition/step_10")  # unload (if there), then load
     replies = policy.act(sessions)          # session.adapter = "precondition" or None (base)
 
+`tracerl.envs.runner.rollout` keeps up to its batch size of episodes in flight (`RemoteTurns`):
+an episode's next turn is requested as soon as the environment has answered the last one, so
+the server's continuous batch never waits for a round's slowest reply (`engine="lockstep"`:
+rounds of `act`). Seeds follow the session's number and turn, so both give the same requests.
+
 Several servers (`["http://a:8000/v1", "http://b:8000/v1"]`, or "a,b" as one string): each
 episode goes to one of them (episode index mod the number of servers, so its turns reuse that
 server's prefix cache), and adapters are loaded and unloaded on every one.
@@ -41,8 +46,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +80,13 @@ class RemotePolicy:
         max_retries: int = 3,
         template_kwargs: dict[str, Any] | None = None,
         name: str = "remote",
+        engine: str = "continuous",
     ):
         from openai import OpenAI
+
+        if engine not in ("continuous", "lockstep"):
+            raise ValueError(f"unknown engine '{engine}' (continuous or lockstep)")
+        self.engine = engine
 
         self.base_urls = split_server_urls(base_url)
         self.base_url = self.base_urls[0]
@@ -96,17 +106,26 @@ class RemotePolicy:
     def act(self, sessions: list[Session]) -> list[Message]:
         prompts = [self.chat.prepare(s) for s in sessions]
         for s in sessions:
-            state: ChatState = s.state
-            if "index" not in state.extra:
-                state.extra["index"] = self._sessions_seen
-                state.extra["turn"] = 0
-                self._sessions_seen += 1
+            self._number(s)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(sessions)))) as pool:
             results = list(pool.map(self._complete, sessions, prompts))
         replies = []
         for s, (token_ids, logprobs) in zip(sessions, results, strict=True):
             replies.append(self.chat.record(s, token_ids, logprobs).message)
         return replies
+
+    def turns(self, max_rows: int) -> RemoteTurns | None:
+        """`rollout`'s continuous loop: each episode's next turn is requested as soon as the
+        environment has answered its last one (None with `engine="lockstep"`: `act` per round)."""
+        return None if self.engine == "lockstep" else RemoteTurns(self, max_rows)
+
+    def _number(self, session: Session) -> None:
+        """Number a new session (its seeds and its server follow from the number)."""
+        state: ChatState = session.state
+        if "index" not in state.extra:
+            state.extra["index"] = self._sessions_seen
+            state.extra["turn"] = 0
+            self._sessions_seen += 1
 
     def _complete(self, session: Session, prompt: list[int]) -> tuple[list[int], list[float]]:
         state: ChatState = session.state
@@ -313,3 +332,43 @@ def _error_text(r: httpx.Response) -> str:
     except ValueError:
         return r.text[:300]
 
+
+class RemoteTurns:
+    """Turns of many sessions in flight at once (up to `max_rows`, and the policy's
+    `max_concurrency` requests): `submit(key, session)` sends the session's next turn, `step()`
+    waits for at least one reply and returns `(key, assistant message)` of every turn answered.
+    A session's seeds depend on its number and turn only, so the episodes are those of `act`."""
+
+    def __init__(self, policy: RemotePolicy, max_rows: int):
+        self.policy = policy
+        self.max_rows = max_rows
+        self.pending: dict[Future, tuple[Hashable, Session]] = {}
+        self.pool: ThreadPoolExecutor | None = None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def submit(self, key: Hashable, session: Session) -> None:
+        prompt = self.policy.chat.prepare(session)
+        self.policy._number(session)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(max_workers=max(1, min(self.policy.max_concurrency, self.max_rows)))
+        self.pending[self.pool.submit(self.policy._complete, session, prompt)] = (key, session)
+
+    def step(self) -> list[tuple[Hashable, Message]]:
+        done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+        out = []
+        try:
+            for future in done:
+                key, session = self.pending.pop(future)
+                token_ids, logprobs = future.result()
+                out.append((key, self.policy.chat.record(session, token_ids, logprobs).message))
+        finally:
+            if not self.pending or len(out) < len(done):  # idle, or a request failed: no threads left behind
+                self.pool.shutdown(wait=False, cancel_futures=True)
+                self.pool = None
+        return out
+
+    def release(self, key: Hashable) -> None:
+        pass  # the server keeps no per-episode state (its prefix cache is its own)
