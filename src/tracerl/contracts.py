@@ -338,6 +338,15 @@ class CompositionSpec(Contract):
 # ----------------------------------------------------------------------------- evaluation
 
 
+class Grading(Record):
+    """Who graded a live target's episodes (a `tau2:<domain>` target): shown with the results."""
+
+    grader: str = Field(description="e.g. 'τ²-bench 1.0.1'")
+    reward_basis: list[str] = Field(description="The reward components the episodes were graded on (union over tasks).")
+    user_simulator: dict[str, Any] | None = Field(description="The user simulator's endpoint (model, base_url, temperature).")
+    judge: dict[str, Any] | None = Field(description="The NL-assertion judge's endpoint; None when the basis needs none.")
+
+
 class EvalResult(Contract):
     """eval/<variant>.json: one variant on the target's held-out tasks."""
 
@@ -351,6 +360,7 @@ class EvalResult(Contract):
     mean_reward: float
     failures_by_capability: dict[str, int] = Field(description="Failed trajectories the rules labeller finds LACKING it.")
     per_task: dict[str, float] = Field(description="Task id → pass rate over its trials.")
+    grading: Grading | None = Field(None, description="A live target's grader; None for a built-in domain.")
 
     @field_validator("pass1")
     @classmethod

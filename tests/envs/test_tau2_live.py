@@ -286,8 +286,10 @@ def test_tracerl_run_on_live_retail(retail_run, tau2_python, tau2_data):
         theirs = tau2_metrics(tau2_python, tau2_data, ws / "eval" / "tau2" / f"{variant}.json")
         assert theirs["trials"] == 2 and sorted(theirs["tasks"]) == sorted(splits["test"][:3])
         assert {str(k): v for k, v in theirs["pass_hat_ks"].items()} == pytest.approx(ours["pass_k"])
+        assert ours["grading"]["grader"] == "τ²-bench 1.0.1" and ours["grading"]["reward_basis"] == ["DB"]
     report = read_json(ws / "report" / "report.json")
     assert {"base", "trace_moe", "trace_router", "grpo_target"} <= set(report["evaluation"])
+    assert "Graded live by τ²-bench 1.0.1: reward basis DB" in (ws / "report" / "index.html").read_text()
 
 
 def tau2_run(tau2_python: str, tau2_data: str, agent_url: str, agent: str, user_url: str, save_to: str, cwd: Path,

@@ -280,6 +280,26 @@ def test_report_is_deterministic_and_a_bad_input_leaves_it_untouched(tmp_path):
     assert {p.name: p.read_bytes() for p in (ws / "report").iterdir()} == first
 
 
+def test_a_live_targets_grader_is_recorded_and_shown(tmp_path):
+    from tracerl.evaluation.evaluate import summarize_variant
+
+    user = {"model": "user-sim", "base_url": "http://127.0.0.1:8001/v1", "temperature": 0.0, "max_tokens": None}
+    trajectories = [episode(t, t in PASSES["base"]) for t in TASKS]
+    for i, t in enumerate(trajectories):
+        t.info.update(source="tau2-live", tau2_version="1.0.1", reward_basis=["DB", "COMMUNICATE"][: 1 + i % 2],
+                      user_simulator=user, judge=None)
+    result = summarize_variant("base", trajectories, rollouts_used=0, capabilities=[], bootstrap=100)
+    assert result.grading.model_dump() == {"grader": "τ²-bench 1.0.1", "reward_basis": ["COMMUNICATE", "DB"],
+                                           "user_simulator": user, "judge": None}
+    builtin = summarize_variant("base", [episode(TASKS[0], True)], rollouts_used=0, capabilities=[], bootstrap=100)
+    assert builtin.grading is None
+    ws = make_workspace(tmp_path)
+    base = EvalResult.read(ws / "eval" / "base.json")
+    base.model_copy(update={"grading": result.grading}).write(ws / "eval" / "base.json")
+    assert ("Graded live by τ²-bench 1.0.1: reward basis COMMUNICATE, DB; user simulator user-sim at "
+            "http://127.0.0.1:8001/v1, temperature 0.0; NL-assertion judge none.") in page_of(ws)
+
+
 # ----------------------------------------------------------------------------- escaping and truncation
 
 

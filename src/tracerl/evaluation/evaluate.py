@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from tracerl.contracts import Capability, EvalResult
+from tracerl.contracts import Capability, EvalResult, Grading
 from tracerl.core.messages import Message
 from tracerl.core.policy import Policy, Session
 from tracerl.core.trajectory import Trajectory
@@ -64,7 +64,18 @@ def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollo
         mean_reward=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
         failures_by_capability=failures_by_capability(trajectories, capabilities),
         per_task=per_task,
+        grading=grading_of(trajectories),
     )
+
+
+def grading_of(trajectories: Sequence[Trajectory]) -> Grading | None:
+    """How a live τ²-bench target graded these episodes (each records it in its info); None otherwise."""
+    live = [t.info for t in trajectories if t.info.get("source") == "tau2-live"]
+    if not live:
+        return None
+    return Grading(grader=f"τ²-bench {live[0].get('tau2_version') or '(version unknown)'}",
+                   reward_basis=sorted({b for info in live for b in info.get("reward_basis", [])}),
+                   user_simulator=live[0].get("user_simulator"), judge=live[0].get("judge"))
 
 
 class WithSystemNote:

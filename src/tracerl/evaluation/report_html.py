@@ -357,8 +357,21 @@ def _evaluation(data: ReportData, figures: dict[str, bytes]) -> str:
             + "".join(f'<td class="num">{pct(e.pass_k[str(k)]) if str(k) in e.pass_k else "—"}</td>' for k in ks)
             + f'<td class="num">{diff}</td><td class="num">{e.rollouts_used:,}</td><td class="num">{n_tasks}</td>'
             f'<td class="desc">{failures or "—"}</td></tr>')
-    return (head + _img(figures, "evaluation", "pass^1 per variant with 95% intervals")
+    return (head + _grading(data) + _img(figures, "evaluation", "pass^1 per variant with 95% intervals")
             + _table(headers, rows) + "</section>")
+
+
+def _grading(data: ReportData) -> str:
+    """A live target's grader (τ²-bench, its reward basis, user simulator and judge), once per distinct one."""
+    seen = {e.grading.model_dump_json(): e.grading for e in data.evaluation.values() if e.grading is not None}
+
+    def endpoint(value: dict | None) -> str:
+        return "none" if not value else esc(f"{value.get('model')} at {value.get('base_url') or 'its provider'}, "
+                                            f"temperature {value.get('temperature')}")
+
+    return "".join(f'<p class="note">Graded live by {esc(g.grader)}: reward basis {esc(", ".join(g.reward_basis))}; '
+                   f"user simulator {endpoint(g.user_simulator)}; NL-assertion judge {endpoint(g.judge)}.</p>"
+                   for g in seen.values())
 
 
 def _sample_efficiency(data: ReportData, figures: dict[str, bytes]) -> str:
