@@ -345,7 +345,6 @@ class Tau2Env(Env):
         truncated = termination in PREMATURE
         return new, float(answer["reward"]), not truncated, truncated, info
 
-
     def results_document(self, trajectories: list[Trajectory], agent: str) -> dict[str, Any]:
         """τ²-bench's results document (`tau2.data_model.simulation.Results`) of episodes this domain
         played live, as `tau2 run` saves one: readable by τ²-bench's own tools (`tau2 view`, its

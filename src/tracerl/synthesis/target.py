@@ -2,8 +2,8 @@
 
 A target is the built-in airline domain (`"airline"`), a τ²-bench domain given by its tools.json
 (a `policy.md` next to it, if any, gives the prompt title), or a τ²-bench domain played live
-(`target_from_live_env`: its tools, policy title and gold actions' values, no tools.json needed). The prompt format is
-kept as `preamble` and `closing` lines: for the built-in domain, its own system prompt minus its
+(`target_from_live_env`: its tools, policy title and gold actions' values, no tools.json needed).
+The prompt format is kept as `preamble` and `closing` lines: for the built-in domain, its own system prompt minus its
 domain rules (the lines that start with a label such as "Cancel:"), which a synthetic
 environment replaces with its own rules; for a tools.json, the policy's title. `tool_families`
 pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
