@@ -113,7 +113,7 @@ def main() -> None:
     for env_dir in dirs:
         out = args.out / "adapters" / env_dir.name
         t0 = time.perf_counter()
-        summary = train_one(env_dir, args.base, out, config=args.config, resume=(out / "checkpoint").exists(),
+        summary = train_one(env_dir, args.base, out, config=args.config, force=False,
                             max_rollouts=args.max_rollouts, max_steps=None, seed=None, adapter=None, server=None,
                             served_model=None, quiet=False, console=console)
         summary["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -27,7 +27,6 @@ Workspace layout:
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, TrainRun, eval_file_stem,
+    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, eval_file_stem,
     read_calibration, read_metrics,
 )
 from tracerl.core.errors import InputError
@@ -158,7 +157,10 @@ class Pipeline:
                 raise InputError(f"stage '{stage.name}' has not run (or its inputs changed): run `tracerl run` first",
                                  path=str(self.ws))
             forced = stage.name in force or kind in force
-            self.stage_fns.forcing = forced
+            # A training run left in the stage's folder is resumed when the stage never finished (killed);
+            # one the stage finished before, with other inputs or config, is replaced, as any stage's outputs are.
+            self.stage_fns.forcing = forced or (self.path(f".stages/{stage.name}.json").exists()
+                                                and not is_complete(self.ws, stage))
             ran, summary = run_stage(self.ws, stage, force=forced)
             done.add(stage.name)
             self.log.append({"stage": stage.name, "ran": ran, "summary": summary})
@@ -186,7 +188,7 @@ class StageFunctions:
     def __init__(self, workspace: Path, console: Console):
         self.ws = workspace
         self.console = console
-        self.forcing = False  # the running stage was forced (training then starts over)
+        self.forcing = False  # training starts over, not resuming (`Pipeline.run` says when)
 
     # --- shared helpers -------------------------------------------------------------------------
     def path(self, rel: str) -> Path:
@@ -316,50 +318,28 @@ class StageFunctions:
         return {"environments": index.built()}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
-        return self._train_adapter(c, self.path(f"envs/{capability}"), self.path(f"adapters/{capability}"),
-                                   label=capability, env_source=f"envs/{capability}")
+        from tracerl.training.stage import TrainEnv
 
-    def _train_adapter(self, c: View, env: Path | Callable[[], Any], out: Path, *, label: str, env_source: str,
-                       max_rollouts: int | None = None, eval_env: Callable[[], Any] | None = None) -> dict[str, Any]:
-        """Train one adapter on a synthesized environment's directory, or on a target's split
-        (`env` a factory; `eval_env` its held-out split)."""
-        from tracerl.training.run import build_trainer, resolve_env
+        env = TrainEnv.resolve(self.path(f"envs/{capability}"))
+        env.source = f"envs/{capability}"  # workspace-relative: a moved workspace resumes its runs
+        return self._train_adapter(c, env, self.path(f"adapters/{capability}"), label=capability)
 
-        if isinstance(env, Path):
-            make_env, _name, defaults = resolve_env(env)
-        else:
-            make_env, defaults = env, {}
+    def _train_adapter(self, c: View, env: Any, out: Path, *, label: str,
+                       max_rollouts: int | None = None) -> dict[str, Any]:
+        """`run_train` on `env` (a `TrainEnv`) into `out`, with this stage's config."""
+        from tracerl.training.stage import run_train
+
         cfg = train_config(c.train, c.rollout)
-        updates: dict[str, Any] = {}
-        if "hint_fraction" not in cfg.model_fields_set and defaults.get("hint_fraction"):
-            updates["hint_fraction"] = float(defaults["hint_fraction"])
         if max_rollouts is not None:
-            updates["max_rollouts"] = max_rollouts
-            updates["max_steps"] = max(cfg.max_steps, 10_000)
-        cfg = cfg.model_copy(update=updates)
+            cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
         unit = "steps" if max_rollouts is None else "rollouts"
         with _progress(self.console, f"train {label} ({unit})", cfg.max_steps if max_rollouts is None else max_rollouts) as bar:
             def on_step(row: dict[str, Any]) -> None:
                 bar.update(row["step"] if max_rollouts is None else row["rollouts_used"])
 
-            resume = self._resumable(out, cfg, env_source, c.model.base)
-            if not resume and out.exists():
-                shutil.rmtree(out)  # a finished or stale run of other settings: start over
-            trainer = build_trainer(cfg, c.model.base, make_env, out, env_source=env_source,
-                                    server_url=c.model.server_url, on_step=on_step, make_eval_env=eval_env)
-            rows = trainer.train(resume=resume)
-        evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
-        return {"rollouts_used": rows[-1]["rollouts_used"] if rows else 0,
-                "eval_success_first": evals[0] if evals else None, "eval_success_last": evals[-1] if evals else None}
-
-    def _resumable(self, out: Path, cfg: Any, env_source: str, base: str) -> bool:
-        """A training run left by a killed pipeline with these very settings is resumed; anything
-        else (other settings, or `--force`) starts over."""
-        saved = out / "train_config.json"
-        if self.forcing or not saved.exists() or not any(out.glob("checkpoint*")):
-            return False
-        record = TrainRun.read(saved)
-        return record.config == cfg.model_dump() and record.env == env_source and record.base == str(base)
+            summary = run_train(env, c.model.base, out, cfg, force=self.forcing, server_url=c.model.server_url,
+                                on_step=on_step)
+        return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
 
     def compose(self, c: View) -> dict[str, Any]:
         from tracerl.composition.build import ComposeOptions, build_composition
@@ -402,9 +382,12 @@ class StageFunctions:
         return summary
 
     def grpo_target(self, c: View) -> dict[str, Any]:
-        budget = self.trace_rollouts()
-        return self._train_adapter(c, self.target_env(c, "train"), self.path("baselines/grpo_target"), label="grpo_target",
-                                   env_source=c.target.env, max_rollouts=budget, eval_env=self.target_env(c, "test"))
+        from tracerl.training.stage import TrainEnv
+
+        env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
+                       make_eval=self.target_env(c, "test"))
+        return self._train_adapter(c, env, self.path("baselines/grpo_target"), label="grpo_target",
+                                   max_rollouts=self.trace_rollouts())
 
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
         from tracerl.evaluation.evaluate import WithSystemNote, capability_note, summarize_variant

@@ -38,13 +38,10 @@ def test_train_on_the_target_env_json(base, config, tmp_path, capsys):
     assert summary["capability"] == "airline" and summary["steps"] == 1
     assert summary["rollouts_used"] >= 4 and summary["eval_success_first"] is not None
     assert (out / "adapter_model.safetensors").exists() and (out / "checkpoint" / "state.json").exists()
-    # a second run into the same folder must say --resume
-    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config]) == 2
-    assert "--resume" in capsys.readouterr().err
-    # resuming a finished run does nothing more
-    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--resume",
-                 "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["steps"] == 1
+    # a second run of the same settings into the same folder resumes it: a finished run does nothing more
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] is True and again["steps"] == 1
 
 
 def _fails_before_writing(args, out, capsys, *needles):
@@ -149,11 +146,10 @@ def test_resume_with_other_settings_is_refused(base, config, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config]) == 0
     # a longer run is fine; a different learning rate is not
-    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config, "--resume",
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", config,
                  "--max-steps", "2"]) == 0
     other = tmp_path / "other.yaml"
     other.write_text(CONFIG.replace("learning_rate: 0.002", "learning_rate: 0.01"))
     capsys.readouterr()
-    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(other),
-                 "--resume"]) == 2
+    assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(other)]) == 2
     assert "learning_rate" in capsys.readouterr().err

@@ -9,7 +9,8 @@ Modules: `config` (TRL/PEFT-named options), `advantages`, `loss` (log-probs, cli
 KL, TRL's loss normalisations), `sequences` (token records → training tables, hint stripping),
 `trainer` (the GRPO loop), `checkpoint`, `distributed` (torchrun), `backends` + `remote`
 (local or OpenAI-compatible server rollouts with adapter hot-swap), `run` (wiring and input
-checks), `commands` (`tracerl train`).
+checks), `stage` (`run_train`: one run into a folder, resumed or refused alike for `tracerl train`,
+its command in `commands`, and the pipeline).
 """
 
 _EXPORTS = {

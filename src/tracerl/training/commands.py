@@ -11,28 +11,22 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tracerl.core.errors import InputError
 
-
-def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, resume: bool, max_rollouts: int | None,
+def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, force: bool, max_rollouts: int | None,
               max_steps: int | None, seed: int | None, adapter: Path | None, server: str | None,
               served_model: str | None, quiet: bool, console: Console) -> dict[str, Any]:
-    """Train one adapter into `out`; returns a summary (first/last eval success, rollouts, seconds)."""
-    from tracerl.training.checkpoint import latest_checkpoint
+    """Train (or resume) one adapter into `out` with `run_train`; returns its summary."""
     from tracerl.training.config import load_config
     from tracerl.training.distributed import init_world
-    from tracerl.training.run import build_trainer, resolve_env
+    from tracerl.training.stage import TrainEnv, run_train
 
     world = init_world()
     cfg = load_config(config, max_rollouts=max_rollouts, max_steps=max_steps, seed=seed)
-    make_env, name, env_defaults = resolve_env(env)
-    if "hint_fraction" not in cfg.model_fields_set and env_defaults.get("hint_fraction"):
-        cfg = cfg.model_copy(update={"hint_fraction": float(env_defaults["hint_fraction"])})
-    if resume is False and latest_checkpoint(out) is not None:  # `.checkpoint.old` too: a kill mid-swap
-        raise InputError(f"{out}: holds a run already; pass --resume to continue it or choose another --out")
+    train_env = TrainEnv.resolve(env)
     show = world.is_main and not quiet
-    with Progress(TextColumn(f"[bold]{name}[/]"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                  TimeElapsedColumn(), console=console, disable=not show, transient=False) as progress:
+    with Progress(TextColumn(f"[bold]{train_env.name}[/]"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, disable=not show,
+                  transient=False) as progress:
         task = progress.add_task("train", total=cfg.max_steps, info="")
 
         def on_step(row: dict[str, Any]) -> None:
@@ -43,18 +37,9 @@ def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, res
                 bits.append(f"eval {row['eval_success']:.3f}")
             progress.update(task, completed=row["step"], info="  ".join(bits))
 
-        trainer = build_trainer(cfg, base, make_env, out, env_source=str(env), world=world, init_adapter=adapter,
-                                server_url=server, served_model=served_model, on_step=on_step)
-        rows = trainer.train(resume=resume)
-    evals = [r for r in rows if r.get("eval_success") is not None]
-    return {
-        "capability": name, "out": str(out), "steps": rows[-1]["step"] if rows else 0,
-        "rollouts_used": rows[-1]["rollouts_used"] if rows else 0,
-        "eval_success_first": evals[0]["eval_success"] if evals else None,
-        "eval_success_last": evals[-1]["eval_success"] if evals else None,
-        "seconds": round(sum(r.get("seconds", 0.0) or 0.0 for r in rows), 2),
-        "world_size": world.size, "rank": world.rank,
-    }
+        summary = run_train(train_env, base, out, cfg, force=force, world=world, init_adapter=adapter,
+                            server_url=server, served_model=served_model, on_step=on_step)
+    return summary.model_dump()
 
 
 def register(app: typer.Typer) -> None:
@@ -67,7 +52,8 @@ def register(app: typer.Typer) -> None:
         base: str = typer.Option("tiny-agent", "--base", help="base model: a HF directory or hub name, or 'tiny-agent'"),
         out: Path = typer.Option(..., "--out", help="adapter directory to write (with --all: one subfolder per capability)"),
         config: Optional[Path] = typer.Option(None, "--config", help="YAML training config (TRL GRPOConfig / PEFT LoraConfig names)"),
-        resume: bool = typer.Option(False, "--resume", help="continue the run in --out from its last checkpoint"),
+        force: bool = typer.Option(False, "--force", help="start over when --out holds a run of other settings "
+                                   "(without it, a run of the same settings there is resumed and one of others refused)"),
         max_rollouts: Optional[int] = typer.Option(None, "--max-rollouts", min=1, help="rollout budget (every sampled episode counts)"),
         max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1),
         seed: Optional[int] = typer.Option(None, "--seed"),
@@ -86,7 +72,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             summaries = [
-                train_one(e, base, o, config=config, resume=resume, max_rollouts=max_rollouts, max_steps=max_steps,
+                train_one(e, base, o, config=config, force=force, max_rollouts=max_rollouts, max_steps=max_steps,
                           seed=seed, adapter=adapter, server=server, served_model=served_model, quiet=as_json,
                           console=console)
                 for e, o in jobs

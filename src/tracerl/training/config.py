@@ -166,11 +166,11 @@ class TrainConfig(BaseModel):
                                              "in TRL (there: accelerate's FSDP settings).")
     # --- schedule, evaluation, checkpoints -----------------------------------------------------
     max_steps: int = Field(20, ge=1, description="Steps to train (default 20); one step is one batch of groups "
-                           "and num_iterations optimizer steps. May be raised on --resume.")
+                           "and num_iterations optimizer steps. May be raised when resuming.")
     max_rollouts: int | None = Field(None, ge=1, description="Rollout budget (default None: none): no step or "
                                      "resampling round starts that would take the count past it. Every sampled "
                                      "training episode counts, uninformative and resampled ones too; evaluation "
-                                     "episodes do not. May change on --resume. Not in TRL.")
+                                     "episodes do not. May change when resuming. Not in TRL.")
     eval_steps: int = Field(5, ge=1, description="Evaluate every this many steps (default 5), and also at step 0 "
                             "and after the last step.")
     eval_episodes: int = Field(64, ge=0, description="Held-out episodes per evaluation, played greedily (default "
@@ -180,7 +180,7 @@ class TrainConfig(BaseModel):
     eval_seed_start: int = Field(1_000_000, ge=0, description="Held-out task seeds are eval_seed_start + i for i "
                                  "below eval_episodes (default 1_000_000); must be ≥ train_seeds. Not in TRL.")
     save_steps: int = Field(1, ge=1, description="Checkpoint (adapter, optimizer, RNG states, counters, metrics "
-                            "rows) every this many steps and after the last (default 1). --resume continues from the "
+                            "rows) every this many steps and after the last (default 1). A resumed run continues from the "
                             "latest checkpoint, redoing the steps after it exactly.")
     seed: int = Field(0, description="Seed of every random draw (default 0): the LoRA initialisation, and per "
                       "(seed, step, round, rank) the task seeds, sampling and dropout, so a run repeats exactly.")

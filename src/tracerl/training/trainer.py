@@ -33,14 +33,15 @@ from typing import Any, Protocol
 
 import torch
 
-from tracerl.core.io import atomic_write_text, write_json
+from tracerl.contracts import TrainRun
+from tracerl.core.errors import InputError
+from tracerl.core.io import atomic_write_text
 from tracerl.core.messages import Message
 from tracerl.core.policy import Policy
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env
 from tracerl.envs.runner import Episode, rollout
 from tracerl.training import checkpoint as ckpt
-from tracerl.training.checkpoint import read_metrics  # noqa: F401 — the pipeline reads metrics through the trainer
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import (
@@ -91,6 +92,16 @@ class StepSample:
     rounds: int = 0
 
 
+def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str) -> list[str]:
+    """What differs between a saved run and one about to resume it: config fields (but the stopping
+    rules max_steps and max_rollouts), then 'base' and 'env'."""
+    free = {"max_steps", "max_rollouts"}
+    before = {k: v for k, v in saved.config.items() if k not in free}
+    now = {k: v for k, v in config.model_dump().items() if k not in free}
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    return changed + [k for k, v in (("base", base), ("env", env)) if getattr(saved, k) != v]
+
+
 class GRPOTrainer:
     """Trains the (active, trainable) LoRA adapter of a PEFT `model` on the environment built by `make_env`."""
 
@@ -105,7 +116,7 @@ class GRPOTrainer:
         *,
         pad_id: int = 0,
         world: World = World(),
-        run_info: dict[str, Any] | None = None,
+        run_info: dict[str, Any],
         on_step: Callable[[dict[str, Any]], None] | None = None,
         make_eval_env: Callable[[], Env] | None = None,
     ):
@@ -118,7 +129,7 @@ class GRPOTrainer:
         self.out = Path(out)
         self.pad_id = pad_id
         self.world = world
-        self.run_info = run_info or {}
+        self.run_info = run_info  # TrainRun's fields but the config: base, env, init_adapter, rollouts, world_size
         self.on_step = on_step
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.sharded = is_sharded(model)  # FSDP2: parameters are DTensor shards, gradients reduce-scattered in backward
@@ -148,7 +159,7 @@ class GRPOTrainer:
             self._swap_in(found / "adapter")
         else:
             if self.world.is_main:
-                write_json(self.out / "train_config.json", {"config": self.cfg.model_dump(), **self.run_info})
+                TrainRun(config=self.cfg.model_dump(), **self.run_info).write(self.out / "train_config.json")
             if self.backend.needs_adapter_files:  # the server samples with the initial adapter too
                 self._save_adapter(self.out)
                 self._swap_in(self.out)
@@ -166,23 +177,13 @@ class GRPOTrainer:
 
     def _check_same_run(self) -> None:
         """A resumed run must be the same run: same config (the stopping rules may change), base and env."""
-        from tracerl.core.errors import InputError
-        from tracerl.core.io import read_json
-
         saved_path = self.out / "train_config.json"
         if not saved_path.exists():
             return
-        saved = read_json(saved_path)
-        free = {"max_steps", "max_rollouts"}
-        before = {k: v for k, v in saved.get("config", {}).items() if k not in free}
-        now = {k: v for k, v in self.cfg.model_dump().items() if k not in free}
-        changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
-        for key in ("base", "env"):
-            if key in saved and key in self.run_info and saved[key] != self.run_info[key]:
-                changed.append(key)
+        changed = run_changes(TrainRun.read(saved_path), self.cfg, base=self.run_info["base"], env=self.run_info["env"])
         if changed:
-            raise InputError(f"{saved_path}: --resume with different settings ({', '.join(changed)}); "
-                             "only max_steps and max_rollouts may change")
+            raise InputError(f"resuming with different settings ({', '.join(changed)}); "
+                             "only max_steps and max_rollouts may change", path=str(saved_path))
 
     def step(self) -> dict[str, Any]:
         """One GRPO step; returns its metrics row."""
