@@ -27,7 +27,8 @@ from letters_run import config  # noqa: E402
 from training_helpers import LetterEnv  # noqa: E402
 
 from tracerl.training.advantages import group_advantages, informative_groups  # noqa: E402
-from tracerl.training.distributed import World, all_gather, full_tensor, init_world, local_numel, shutdown  # noqa: E402
+from tracerl.training.distributed import World, all_gather, init_world, shutdown  # noqa: E402
+from tracerl.training.fsdp import full_tensor, local_numel  # noqa: E402
 from tracerl.training.run import build_trainer  # noqa: E402
 from tracerl.training.sequences import training_sequence  # noqa: E402
 

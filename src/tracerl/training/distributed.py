@@ -7,18 +7,12 @@ gradients are summed across ranks (each rank's loss is already its share of the 
 see `training.loss`), which is DDP's all-reduce with the averaging folded into the loss. gloo on
 CPU, NCCL on GPUs.
 
-With `TrainConfig.shard: fsdp2` the model is sharded instead of replicated (PyTorch FSDP2,
-`fully_shard`): each rank keeps 1/N of every weight, base and adapter, and a forward all-gathers one
-decoder layer at a time. Then every rank must run the same forwards in the same order; sampling,
-whose forwards differ per rank, runs inside `full_parameters` (the whole model gathered once, no
-collective in a forward).
+`TrainConfig.shard: fsdp2` shards the model instead of replicating it: `training.fsdp`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -96,85 +90,3 @@ def barrier(world: World) -> None:
 def shutdown(world: World) -> None:
     if world.size > 1 and dist.is_initialized():
         dist.destroy_process_group()
-
-
-# ------------------------------------------------------------------ FSDP2 ---------------------------
-def shard_model(model: torch.nn.Module, world: World, device: torch.device) -> None:
-    """Shard `model` (a PEFT model) across the ranks with FSDP2, in place; the shards go to `device`.
-
-    Loaded on the CPU, no GPU ever holds more than its shards and one layer whole. One FSDP unit per decoder layer (the classes the base names in `_no_split_modules`, as accelerate
-    and TRL wrap them), the rest (embeddings, final norm, head) in the root's. Gradients are summed
-    across ranks, not averaged: each rank's loss is already its share of the whole batch's.
-    """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    if world.size == 1:
-        return
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    mesh = init_device_mesh(device.type, (world.size,))
-    unit_names = set(getattr(model.get_base_model(), "_no_split_modules", None) or [])
-    units = [m for m in model.modules() if type(m).__name__ in unit_names]
-    if not units:
-        raise ValueError(f"{type(model.get_base_model()).__name__} names no decoder layer class (_no_split_modules)")
-    for unit in units:
-        fully_shard(unit, mesh=mesh)
-    fully_shard(model, mesh=mesh, reshard_after_forward=False)  # the root's weights are needed again in backward
-    for m in fsdp_modules(model):
-        m.set_gradient_divide_factor(1.0)
-        m.set_force_sum_reduction_for_comms(True)  # a plain SUM: gloo has no PREMUL_SUM
-
-
-def fsdp_modules(model: torch.nn.Module) -> list[Any]:
-    """The FSDP2 units of `model`, root first ([] when it is not sharded)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return [m for m in model.modules() if isinstance(m, FSDPModule)]
-
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    return bool(fsdp_modules(model))
-
-
-@contextmanager
-def full_parameters(model: torch.nn.Module) -> Iterator[None]:
-    """Inside, every rank holds the whole (sharded) model and a forward runs no collective, so ranks may run
-    different numbers of forwards (sampling). All ranks enter together (the gather is a collective).
-    Outside, the shards only. A model that is not sharded is left as it is."""
-    units = fsdp_modules(model)
-    if not units:
-        yield
-        return
-    for m in units:
-        m.set_reshard_after_forward(False, recurse=False)
-        m.unshard()
-    try:
-        yield
-    finally:
-        for m in units:
-            m.reshard()
-            m.set_reshard_after_forward(m is not model, recurse=False)  # as `shard_model` set them
-
-
-def full_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a shard (a collective: every rank calls it, in the same order); a plain tensor as is."""
-    from torch.distributed.tensor import DTensor
-
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
-def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of `full`, laid out as `like` (every rank holds `full`: no communication)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    if not isinstance(like, DTensor):
-        return full.to(like.device)
-    return distribute_tensor(full.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
-
-
-def local_numel(params: list[torch.Tensor]) -> int:
-    """Elements this rank stores of `params` (a shard's local part)."""
-    from torch.distributed.tensor import DTensor
-
-    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)

@@ -17,7 +17,8 @@ from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
 from tracerl.training.backends import LocalBackend, ServerBackend
 from tracerl.training.config import TrainConfig
-from tracerl.training.distributed import World, shard_model
+from tracerl.training.distributed import World
+from tracerl.training.fsdp import shard_model
 from tracerl.training.trainer import GRPOTrainer
 
 ADAPTER_NAME = "default"

@@ -11,7 +11,7 @@ One step:
    log-probs, gradients summed across ranks, clipped to `max_grad_norm`, AdamW;
 5. save the adapter, hot-swap it into the rollout backend, log a metrics row, checkpoint.
 
-Under `shard: fsdp2` (`training.distributed.shard_model`) every rank runs the same forwards: a rank
+Under `shard: fsdp2` (`training.fsdp`) every rank runs the same forwards: a rank
 with fewer micro-batches runs a zero-weighted one, the shared prompt is not run apart, and local
 rollouts run with the whole model gathered (`full_parameters`).
 
@@ -44,17 +44,8 @@ from tracerl.envs.runner import Episode, rollout
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
-from tracerl.training.distributed import (
-    World,
-    all_gather,
-    all_reduce_grads_,
-    all_reduce_sum_,
-    barrier,
-    full_parameters,
-    full_tensor,
-    is_sharded,
-    shard_like,
-)
+from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
+from tracerl.training.fsdp import FullState, full_parameters, full_tensor, is_sharded, load_sharded_checkpoint
 from tracerl.training.loss import BatchCounts, policy_loss, shared_prefix_length, token_logprobs
 from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
 
@@ -149,7 +140,7 @@ class GRPOTrainer:
         self.out.mkdir(parents=True, exist_ok=True)
         if resume and (found := ckpt.latest_checkpoint(self.out)) is not None:
             self._check_same_run()
-            load = self._load_sharded_checkpoint if self.sharded else ckpt.load_checkpoint
+            load = load_sharded_checkpoint if self.sharded else ckpt.load_checkpoint
             self.state = load(found, self.model, self.optimizer, self.world.rank)
             self.metrics = ckpt.checkpoint_metrics(found, self.state, self.out / "metrics.jsonl")
             if self.world.is_main:
@@ -402,7 +393,9 @@ class GRPOTrainer:
 
     def _checkpoint(self) -> None:
         rngs = all_gather(self.world, ckpt.rng_state())
-        model, optimizer = _FullState.gather(self.model, self.optimizer) if self.sharded else (self.model, self.optimizer)
+        model, optimizer = self.model, self.optimizer
+        if self.sharded:
+            model = optimizer = FullState.gather(self.model, self.optimizer)
         if self.world.is_main:
             ckpt.save_checkpoint(self.out, model, optimizer, self.state, rngs, self.metrics)
             ckpt.save_adapter(model, self.out)
@@ -410,7 +403,7 @@ class GRPOTrainer:
 
     def _save_adapter(self, directory: Path) -> None:
         """Rank 0 writes the adapter into `directory` (every rank calls this: a sharded adapter is gathered first)."""
-        model = _FullState.gather(self.model, None)[0] if self.sharded else self.model
+        model = FullState.gather(self.model, None) if self.sharded else self.model
         if self.world.is_main:
             ckpt.save_adapter(model, directory)
 
@@ -421,61 +414,3 @@ class GRPOTrainer:
         elif self.sharded:  # rank 0's served-policy check runs forwards of the sharded model: join them
             self.backend.follow_after_step()
         barrier(self.world)
-
-    @staticmethod
-    def _load_sharded_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                                 rank: int) -> ckpt.TrainState:
-        """`checkpoint.load_checkpoint` for a sharded model: each rank keeps its shard of the saved (whole) tensors."""
-        from safetensors.torch import load_file
-
-        from tracerl.core.io import read_json
-
-        saved = load_file(str(path / "adapter" / "adapter_model.safetensors"))
-        adapter = model.active_adapter
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if p.requires_grad:
-                    p.copy_(shard_like(saved[name.replace(f".{adapter}.", ".")].to(p.dtype), p))
-        state = torch.load(path / "optimizer.pt", weights_only=False)
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        for index, values in state["state"].items():
-            for key, value in values.items():
-                if key != "step":
-                    values[key] = shard_like(value, params[index])
-        optimizer.load_state_dict(state)
-        rng_file = path / f"rng-rank{rank}.pt"
-        if rng_file.exists():
-            ckpt.set_rng_state(torch.load(rng_file, weights_only=False))
-        data = read_json(path / "state.json")
-        return ckpt.TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
-                               metrics_rows=int(data["metrics_rows"]))
-
-
-@dataclass
-class _FullState:
-    """A sharded run's adapter and optimizer state gathered whole, in the shape `checkpoint` writes:
-    `save_pretrained` writes the whole adapter, `state_dict` is the optimizer's with whole tensors, so a
-    sharded run's files are those of an unsharded one."""
-
-    model: Any
-    adapter_state: dict[str, torch.Tensor]
-    optimizer_state: dict[str, Any] | None
-
-    @classmethod
-    def gather(cls, model: Any, optimizer: torch.optim.Optimizer | None) -> tuple[_FullState, _FullState]:
-        """Every rank calls this (each whole tensor is a collective); one object stands for model and optimizer."""
-        adapter = {n: full_tensor(p.detach()) for n, p in model.named_parameters() if p.requires_grad}
-        opt = None
-        if optimizer is not None:
-            opt = optimizer.state_dict()
-            opt["state"] = {i: {k: full_tensor(v) for k, v in values.items()} for i, values in opt["state"].items()}
-        full = cls(model, adapter, opt)
-        return full, full
-
-    def save_pretrained(self, directory: str | Path) -> None:
-        self.model.save_pretrained(str(directory), state_dict=self.adapter_state)
-
-    def state_dict(self) -> dict[str, Any]:
-        assert self.optimizer_state is not None
-        return self.optimizer_state
-
