@@ -108,3 +108,23 @@ def test_sharded_run_with_server_rollouts(base, tmp_path):
     for row in got["rows"]:
         if row.get("loss") is not None:  # the server sampled with the previous step's adapter: first-pass ratio 1
             assert row["approx_kl"] < 1e-5 and row["clip_ratio"] == 0.0
+
+
+@pytest.mark.slow
+def test_tracerl_train_with_shard_fsdp2_under_torchrun(base, tmp_path):
+    """The documented command: `torchrun … tracerl train --config` with `shard: fsdp2` writes a loadable adapter."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("num_generations: 2\ngroups_per_step: 2\nmax_steps: 2\nrollout: {max_new_tokens: 6}\neval_episodes: 2\n"
+                   "learning_rate: 0.01\nlora: {r: 4, lora_alpha: 8}\nshard: fsdp2\n")
+    out = tmp_path / "out"
+    command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2", "-m", "tracerl.cli",
+               "train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(cfg), "--json"]
+    run = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=400)
+    assert run.returncode == 0, run.stderr[-3000:]
+    summary = json.loads(run.stdout)
+    assert summary["world_size"] == 2 and summary["steps"] == 2
+    assert json.loads((out / "train_config.json").read_text())["config"]["shard"] == "fsdp2"
+    PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(out))  # whole tensors, PEFT's names
