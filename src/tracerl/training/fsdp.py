@@ -5,7 +5,10 @@ all-gathers one layer at a time, so every rank must run the same forwards in the
 (`GRPOTrainer` keeps them in step). Sampling, whose forwards differ per rank, runs inside
 `full_parameters` (the whole model gathered once, no collective in a forward). Adapter and
 checkpoint files hold whole tensors, as an unsharded run's do (`FullState`, `load_sharded_checkpoint`).
-Tested with gloo on CPU (tests/training/test_distributed_fsdp.py).
+Each rank reads the whole base into CPU memory before it keeps its shard (N copies in host memory
+while loading). Tested with gloo on CPU (tests/training/test_distributed_fsdp.py), where the default
+gradient reduction fails ("Cannot use ReduceOp.PREMUL_SUM with Gloo"): gradients are summed with a
+plain SUM instead (`set_force_sum_reduction_for_comms`).
 """
 
 from __future__ import annotations
