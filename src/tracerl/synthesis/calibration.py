@@ -136,6 +136,8 @@ class CalibrationRound(BaseModel):
 
 
 class CalibrationResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     accepted: bool
     difficulty: int  # the accepted difficulty, or the last one tried
     stats: CalibrationStats  # of that difficulty
