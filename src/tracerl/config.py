@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tracerl.composition.training import GateTrainingConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
-from tracerl.synthesis.calibration import CalibrationBands
+from tracerl.selection.stage import SelectConfig
+from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import RolloutSettings, TrainConfig
 
 
@@ -64,30 +65,6 @@ class AnalysisSection(Section):
     api_key_env: str = Field("OPENAI_API_KEY", description="the environment variable holding the key")
 
 
-class SelectSection(Section):
-    labeler: Literal["rules", "llm"] = "rules"
-    runs: int = Field(10, ge=1, description="N labelling runs")
-    min_runs: int | None = Field(None, ge=1, description="K: runs a capability must pass; None = round(0.8·N)")
-    rho: float = Field(0.10, ge=0, le=1, description="coverage threshold ρ")
-    delta: float = Field(0.20, ge=-1, le=1, description="contrastive-gap threshold δ")
-    bootstrap: int = Field(1000, ge=0, description="bootstrap resamples for the Cov and Δ intervals")
-    capabilities: str | None = Field(None, description="a YAML/JSON file of extra capabilities")
-    discover: bool = Field(False, description="ask the analysis model to propose capabilities")
-    max_selected: int | None = Field(None, ge=1, description="keep at most this many (by mean Δ)")
-
-
-class SynthesizeSection(Section):
-    generator: Literal["template", "llm"] = "template"
-    difficulty: int = Field(1, ge=0, description="the starting difficulty of every environment")
-    calibrate: bool = True
-    calibration_seeds: int = Field(100, ge=1, description="task instances per calibration round")
-    group_size: int = Field(16, ge=1, description="samples per instance")
-    temperature: float = Field(0.7, gt=0, description="calibration's sampling temperature; its own, not "
-                               "rollout.temperature: the reference calibrates at 0.7 and trains at 1.0")
-    max_rounds: int = Field(5, ge=1, description="difficulty adjustments before giving up")
-    bands: CalibrationBands = Field(default_factory=CalibrationBands)
-
-
 class ComposeSection(Section):
     modes: list[Literal["moe", "router", "merge"]] = Field(default_factory=lambda: ["moe", "router"],
                                                            description="compositions to build and evaluate")
@@ -129,8 +106,8 @@ class RunConfig(Section):
     target: TargetSection = Field(default_factory=TargetSection)
     collect: CollectSection = Field(default_factory=CollectSection)
     analysis: AnalysisSection = Field(default_factory=AnalysisSection)
-    select: SelectSection = Field(default_factory=SelectSection)
-    synthesize: SynthesizeSection = Field(default_factory=SynthesizeSection)
+    select: SelectConfig = Field(default_factory=SelectConfig)
+    synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
     train_rejected: bool = Field(False, description="train adapters on environments calibration rejected (marked "
                                  "in the report); False = `tracerl run` stops before training one, exit 2")

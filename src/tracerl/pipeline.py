@@ -250,41 +250,19 @@ class StageFunctions:
         return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
 
     def select(self, c: View) -> dict[str, Any]:
-        from tracerl.selection.aggregate import SelectionParams
-        from tracerl.selection.catalogue import builtin_capabilities, load_capabilities, merge_capabilities
-        from tracerl.selection.discovery import discover
-        from tracerl.selection.llm import ChatClient, LLMLabeller
-        from tracerl.selection.rules import RulesLabeller
-        from tracerl.selection.select import select_capabilities
+        from tracerl.selection.stage import progress_steps, run_select
 
-        cfg = c.select
         trajectories = read_jsonl(self.path("rollouts/base.jsonl"), Trajectory)
-        capabilities = builtin_capabilities()
-        if cfg.capabilities:
-            capabilities = merge_capabilities(capabilities, load_capabilities(cfg.capabilities))
-        if cfg.discover:
-            proposals = discover(ChatClient(_llm_config(c)), trajectories, seed=c.seed)
-            capabilities = merge_capabilities(capabilities, proposals)
-        labeller = LLMLabeller(_llm_config(c)) if cfg.labeler == "llm" else RulesLabeller()
-        params = SelectionParams(rho=cfg.rho, delta=cfg.delta, runs=cfg.runs, min_runs=cfg.min_runs,
-                                 bootstrap=cfg.bootstrap, seed=c.seed)
-        document, _ = select_capabilities(trajectories, capabilities, labeller, params, out_dir=self.ws)
-        if cfg.max_selected is not None:
-            for x in document.selected()[cfg.max_selected:]:
-                x.selected, x.status, x.note = False, None, f"dropped: select.max_selected = {cfg.max_selected}"
-            document.write(self.path("capabilities.json"))
-        names = [x.name for x in document.selected()]
-        return {"selected": names}
+        with _progress(self.console, f"select ({c.select.labeler})", progress_steps(c.select, len(trajectories))) as bar:
+            result = run_select(trajectories, c.select, seed=c.seed, out_dir=self.ws, llm=_llm_config(c),
+                                on_step=bar.advance)
+        return {"selected": [x.name for x in result.document.selected()]}
 
     def synthesize(self, c: View) -> dict[str, Any]:
-        from tracerl.synthesis.synthesize import calibrate_env_dir, env_record, synthesize_capability, write_env_index
+        from tracerl.synthesis.stage import run_synthesize
         from tracerl.synthesis.target import load_target
 
         cfg = c.synthesize
-        caps = self.selected()
-        if not caps:
-            raise InputError("no capability was selected: nothing to train (see capabilities.json)",
-                             path=str(self.path("capabilities.json")))
         if c.target.env.startswith("tau2:") and c.target.tools is None:  # the live domain states its own tools
             from tracerl.synthesis.target import target_from_live_env
 
@@ -298,24 +276,17 @@ class StageFunctions:
 
             a = c.analysis
             llm = (OpenAI(base_url=a.base_url, api_key=os.environ.get(a.api_key_env, "EMPTY")), a.model)
-        records = []
-        for cap in caps:
-            outcome = synthesize_capability(cap, target, self.path("envs"), generator=cfg.generator,
-                                            difficulty=cfg.difficulty, llm=llm, max_rounds=cfg.max_rounds)
-            result = None
+
+        def no_env(outcome: Any) -> None:
             if not outcome.ok:
-                self.console.print(f"[yellow]{cap.name}: no environment ({outcome.error})[/]")
-            elif cfg.calibrate:
-                policy = self.policy(c, temperature=cfg.temperature, seed=c.seed)
-                with _progress(self.console, f"calibrate {cap.name} (episodes, all rounds)", None) as bar:
-                    result = calibrate_env_dir(outcome.env_dir, policy, seeds=cfg.calibration_seeds,
-                                               group_size=cfg.group_size, bands=cfg.bands, max_rounds=cfg.max_rounds,
-                                               settings={"temperature": cfg.temperature, "model": c.model.base,
-                                                         "max_new_tokens": c.rollout.max_new_tokens},
-                                               on_done=bar.advance)
-            records.append(env_record(outcome, result, self.path("envs")))
-        index = write_env_index(self.path("envs"), target.name, cfg.generator, records)
-        return {"environments": index.built()}
+                self.console.print(f"[yellow]{outcome.capability}: no environment ({outcome.error})[/]")
+
+        with _progress(self.console, "calibrate (episodes, all capabilities and rounds)", None) as bar:
+            run = run_synthesize(self.path("capabilities.json"), target, self.path("envs"), cfg,
+                                 make_policy=lambda: self.policy(c, temperature=cfg.temperature, seed=c.seed),
+                                 policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens},
+                                 llm=llm, on_episode=bar.advance, on_outcome=no_env)
+        return {"environments": run.index.built()}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
         from tracerl.training.stage import TrainEnv

@@ -88,11 +88,11 @@ def test_capability_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        (["--labeler", "magic"], "--labeler must be 'rules' or 'llm'"),
-        (["--runs", "3", "--min-runs", "5"], "1 ≤ K ≤ N"),
+        (["--labeler", "magic"], "field 'labeler': Input should be 'rules' or 'llm'"),
+        (["--runs", "3", "--min-runs", "5"], "field 'min_runs': Value error, K = 5 runs to pass, more than the N = 3"),
         (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1"], "needs a model name"),
         (["--labeler", "llm", "--model", "m"], "needs an endpoint"),
-        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--temperature", "0"], "--temperature must be > 0"),
+        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--temperature", "0"], "temperature must be > 0"),
         (["--capabilities", "/nonexistent/caps.yaml"], "caps.yaml: no such file"),
     ],
 )
@@ -124,3 +124,29 @@ def test_llm_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch)
     cfg = LLMConfig().resolved()
     assert (cfg.base_url, cfg.model, cfg.api_key) == ("http://example.invalid/v1", "qwen3-8b", "EMPTY")
     assert LLMConfig(model="other", api_key="sk").resolved().model == "other"
+
+
+def test_the_command_and_the_pipeline_select_alike(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One function (`run_select`): the same rollouts and settings give the same capabilities.json from
+    `tracerl select` and from the pipeline's select stage; a user capability named as a built-in replaces it."""
+    from tracerl.config import RunConfig
+    from tracerl.core.io import write_jsonl
+    from tracerl.envs.loading import load_rollouts
+    from tracerl.pipeline import SECTIONS, Pipeline
+    from tracerl.stages import View
+
+    caps = tmp_path / "caps.yaml"
+    caps.write_text("- name: tool_call_precision\n  description: Calls each tool with exactly the right arguments.\n"
+                    "- name: upsell_skill\n  description: Offers the user insurance when it fits.\n")
+    ws = tmp_path / "ws"
+    write_jsonl(ws / "rollouts" / "base.jsonl", load_rollouts(sample))
+    config = RunConfig.model_validate({"select": {"bootstrap": 200, "capabilities": str(caps), "max_selected": 1}})
+    Pipeline(config, ws).stage_fns.select(View(config, SECTIONS["select"]))
+    out = tmp_path / "sel"
+    assert main(["select", "--rollouts", str(ws / "rollouts" / "base.jsonl"), "--out", str(out), "--bootstrap", "200",
+                 "--capabilities", str(caps), "--max-selected", "1", "--json"]) == 0
+    assert (out / "capabilities.json").read_bytes() == (ws / "capabilities.json").read_bytes()
+    doc = CapabilitiesFile.read(out / "capabilities.json")
+    precision = next(c for c in doc.capabilities if c.name == "tool_call_precision")
+    assert precision.description == "Calls each tool with exactly the right arguments."
+    assert "upsell_skill" in {c.name for c in doc.capabilities} and len(doc.selected()) == 1

@@ -103,7 +103,7 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
         (["synthesize", "--capabilities", str(caps), "--target", str(tmp_path / "x.json"), "--out", out],
          "x.json: no such file (the target is 'airline' or a path to a tools.json)"),
         (["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", out, "--generator", "magic"],
-         "--generator must be 'template' or 'llm'"),
+         "field 'generator': Input should be 'template' or 'llm'"),
         (["calibrate", str(tmp_path / "nowhere"), "--model", "scripted:0.5"], "env.json: no such file"),
         (["calibrate", str(tmp_path), "--model", "scripted:0.5", "--bands", str(bands)], "env.json: no such file"),
     ]
@@ -124,3 +124,23 @@ def test_calibrate_rejects_bad_bands(retail, tmp_path, capsys):
     write_json(bands, {"min_std": 0.1})
     assert main(["calibrate", str(out / "tool_call_precision"), "--model", "scripted:0.5", "--bands", str(bands)]) == 2
     assert "bands.json: field 'min_std': Extra inputs are not permitted" in capsys.readouterr().err
+
+
+def test_the_command_and_the_pipeline_synthesize_alike(tmp_path, capsys):
+    """One function (`run_synthesize`): the same capabilities and settings give the same environment
+    directories and envs/index.json from `tracerl synthesize` and from the pipeline's synthesize stage."""
+    from tracerl.config import RunConfig
+    from tracerl.pipeline import SECTIONS, Pipeline
+    from tracerl.stages import View
+
+    ws = tmp_path / "ws"
+    caps = _capabilities(ws / "capabilities.json", BUILTIN[:2])
+    config = RunConfig.model_validate({"synthesize": {"calibrate": False, "hint_fraction": 0.5, "difficulty": 2}})
+    Pipeline(config, ws).stage_fns.synthesize(View(config, SECTIONS["synthesize"]))
+    out = tmp_path / "envs"
+    assert main(["synthesize", "--capabilities", str(caps), "--target", "airline", "--out", str(out), "--no-calibrate",
+                 "--hint-fraction", "0.5", "--difficulty", "2"]) == 0
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(ws / "envs") for p in (ws / "envs").rglob("*") if p.is_file())
+    assert len(files) > 2 and all((out / f).read_bytes() == (ws / "envs" / f).read_bytes() for f in files)
+    assert load_env_spec(out / BUILTIN[0]).hint_fraction == 0.5

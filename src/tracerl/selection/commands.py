@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -19,8 +19,9 @@ def select(
     min_runs: Optional[int] = typer.Option(None, "--min-runs", help="K: runs a capability must pass (default round(0.8·N))."),
     rho: float = typer.Option(0.10, "--rho", help="ρ: minimum coverage."),
     delta: float = typer.Option(0.20, "--delta", help="δ: minimum contrastive gap."),
-    capabilities: Optional[Path] = typer.Option(None, "--capabilities", help="YAML/JSON file of your own capabilities."),
+    capabilities: Optional[Path] = typer.Option(None, "--capabilities", help="YAML/JSON file of your own capabilities (one named as a built-in replaces it)."),
     discover: bool = typer.Option(False, "--discover", help="Ask the LLM to propose capabilities and add them."),
+    max_selected: Optional[int] = typer.Option(None, "--max-selected", help="Keep at most this many selected (by mean Δ)."),
     out: Path = typer.Option(Path("selection"), "--out", help="Output folder."),
     tools: Optional[Path] = typer.Option(None, "--tools", help="tools.json for τ²-bench files without tool schemas."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the 95% intervals (0: none)."),
@@ -35,66 +36,37 @@ def select(
     as_json: bool = typer.Option(False, "--json", help="Print capabilities.json on stdout."),
 ) -> None:
     """Find the capabilities whose absence explains the agent's failures (Cov, Δ, K-of-N)."""
+    from pydantic import ValidationError
     from rich.console import Console
     from rich.progress import Progress
 
     from tracerl.core.errors import InputError
+    from tracerl.core.io import describe_validation_error
     from tracerl.envs.loading import load_rollouts
-    from tracerl.selection.aggregate import SelectionParams
-    from tracerl.selection.catalogue import builtin_capabilities, load_capabilities, merge_capabilities
-    from tracerl.selection.select import select_capabilities
+    from tracerl.selection.llm import LLMConfig
+    from tracerl.selection.stage import SelectConfig, progress_steps, run_select
 
-    if labeler not in ("rules", "llm"):
-        raise InputError(f"--labeler must be 'rules' or 'llm', not '{labeler}'")
-    params = SelectionParams(rho=rho, delta=delta, runs=runs, min_runs=min_runs, bootstrap=bootstrap, seed=seed)
-    if runs < 1 or not 1 <= params.k <= runs or bootstrap < 0:
-        raise InputError(f"need N ≥ 1, 1 ≤ K ≤ N and bootstrap ≥ 0 (got N={runs}, K={params.k}, bootstrap={bootstrap})")
+    try:
+        config = SelectConfig(labeler=labeler, runs=runs, min_runs=min_runs, rho=rho, delta=delta, bootstrap=bootstrap,
+                              capabilities=None if capabilities is None else str(capabilities), discover=discover,
+                              max_selected=max_selected)
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e)) from None
     trajectories = load_rollouts(rollouts, tools=tools)
-    catalogue = builtin_capabilities()
-    if capabilities is not None:
-        user = load_capabilities(capabilities)
-        by_name = {c.name: c for c in user}
-        catalogue = merge_capabilities([by_name.pop(c.name, c) for c in catalogue], list(by_name.values()))
-    llm_config = None
-    if labeler == "llm" or discover:
-        from tracerl.selection.llm import LLMConfig
-
-        if temperature <= 0 and labeler == "llm":
-            raise InputError("--temperature must be > 0: the N runs must be independent samples")
-        llm_config = LLMConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature,
-                               concurrency=concurrency, timeout=timeout, max_retries=max_retries).resolved()
+    llm = LLMConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature, concurrency=concurrency,
+                    timeout=timeout, max_retries=max_retries)
     err = Console(stderr=True)
-    if discover:
-        from tracerl.selection.discovery import discover as run_discovery
-        from tracerl.selection.llm import ChatClient
-
-        with err.status("discovering capabilities"):
-            found = run_discovery(ChatClient(llm_config), trajectories, seed=seed)  # type: ignore[arg-type]
-        catalogue = merge_capabilities(catalogue, found)
-    if labeler == "rules":
-        from tracerl.selection.rules import RulesLabeller
-
-        the_labeller: Any = RulesLabeller()
-    else:
-        from tracerl.selection.llm import LLMLabeller
-
-        the_labeller = LLMLabeller(llm_config)  # type: ignore[arg-type]
-    steps = len(trajectories) * (1 if the_labeller.deterministic else runs)
     with Progress(console=err, transient=True) as progress:
-        task = progress.add_task(f"labelling ({labeler})", total=steps if not the_labeller.deterministic else runs)
-        if not the_labeller.deterministic:
-            the_labeller.on_progress = lambda: progress.advance(task)
-        document, label_sets = select_capabilities(
-            trajectories, catalogue, the_labeller, params, out_dir=out,
-            on_run=(lambda r: progress.advance(task)) if the_labeller.deterministic else None)
-    problems = [p for run in label_sets for p in run.problems]
-    if problems:
-        err.print(f"[yellow]{len(problems)} labelling requests failed (pairs left unlabelled), e.g. {problems[0]}[/]",
-                  highlight=False, soft_wrap=True)
+        task = progress.add_task(f"labelling ({labeler})", total=progress_steps(config, len(trajectories)))
+        result = run_select(trajectories, config, seed=seed, out_dir=out, llm=llm,
+                            on_step=lambda: progress.advance(task))
+    if result.problems:
+        err.print(f"[yellow]{len(result.problems)} labelling requests failed (pairs left unlabelled), e.g. "
+                  f"{result.problems[0]}[/]", highlight=False, soft_wrap=True)
     if as_json:
-        typer.echo(json.dumps(document.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        typer.echo(json.dumps(result.document.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
-        print_table(document, out)
+        print_table(result.document, out)
 
 
 def print_table(document: CapabilitiesFile, out: Path) -> None:

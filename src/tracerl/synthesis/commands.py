@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,6 +29,17 @@ def make_policy(model: str, temperature: float, seed: int) -> Any:
 
     net, tokenizer = load_model(model)
     return LocalPolicy(net, tokenizer, temperature=temperature, seed=seed, name=model)
+
+
+def policy_factory(model: str, temperature: float, seed: int) -> Callable[[], Any]:
+    """Fresh base policies for calibration, one per environment (each starts from `seed`); a model loads once."""
+    if model.startswith("scripted:"):
+        make_policy(model, temperature, seed)  # a bad accuracy fails now
+        return lambda: make_policy(model, temperature, seed)
+    from tracerl.models.local import LocalPolicy, load_model
+
+    net, tokenizer = load_model(model)
+    return lambda: LocalPolicy(net, tokenizer, temperature=temperature, seed=seed, name=model)
 
 
 def load_bands(path: Optional[Path]):
@@ -78,39 +90,38 @@ def synthesize(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
 ) -> None:
     """One validated (and calibrated) training environment per selected capability."""
+    from pydantic import ValidationError
     from rich.console import Console
+    from rich.progress import Progress
     from rich.table import Table
 
-    from tracerl.contracts import CapabilitiesFile
-    from tracerl.synthesis.synthesize import env_record, synthesize_capability, write_env_index
+    from tracerl.core.io import describe_validation_error
+    from tracerl.synthesis.stage import SynthesizeConfig, run_synthesize
     from tracerl.synthesis.target import load_target
 
-    if generator not in ("template", "llm"):
-        raise InputError(f"--generator must be 'template' or 'llm', got '{generator}'")
-    caps = CapabilitiesFile.read(capabilities).selected()
-    if not caps:
-        raise InputError("no capability is selected", path=str(capabilities))
+    try:
+        config = SynthesizeConfig(generator=generator, difficulty=difficulty, hint_fraction=hint_fraction,
+                                  calibrate=not no_calibrate, calibration_seeds=seeds, group_size=group_size,
+                                  temperature=temperature, max_rounds=max_rounds, bands=load_bands(bands))
+    except ValidationError as e:
+        raise InputError(describe_validation_error(e)) from None
+    from tracerl.contracts import CapabilitiesFile
+
+    CapabilitiesFile.read(capabilities)  # a bad file fails before any model loads
     tgt = load_target(target)
-    band_config = load_bands(bands)
     llm = None
     if llm_model:
         from openai import OpenAI
 
         client = OpenAI(base_url=llm_base_url, api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"))
         llm = (client, llm_model)
-    policy = None if no_calibrate else make_policy(model, temperature, seed)
-    rows, records = [], []
-    for cap in caps:
-        outcome = synthesize_capability(cap, tgt, out, generator=generator, difficulty=difficulty, llm=llm,
-                                        max_rounds=max_rounds, hint_fraction=hint_fraction)  # type: ignore[arg-type]
-        calibration = None
-        if outcome.ok and policy is not None:
-            assert outcome.env_dir is not None
-            calibration = _calibrate_with_progress(outcome.env_dir, policy, seeds, group_size, band_config, max_rounds,
-                                                   {"temperature": temperature, "model": model, "seed": seed})
-        records.append(env_record(outcome, calibration, out))
-        rows.append((outcome, calibration))
-    index = write_env_index(out, tgt.name, generator, records)  # type: ignore[arg-type]
+    policy = None if no_calibrate else policy_factory(model, temperature, seed)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("calibrating", total=None)
+        run = run_synthesize(capabilities, tgt, out, config, make_policy=policy, policy_info={"model": model, "seed": seed},
+                             llm=llm, on_episode=lambda name: progress.update(task, advance=1,
+                                                                               description=f"calibrating {name}"))
+    index, rows = run.index, run.outcomes
     if as_json:
         typer.echo(json.dumps(index.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
@@ -135,7 +146,7 @@ def synthesize(
         console.print(table)
         for note in notes:
             console.print(note, highlight=False, soft_wrap=True)
-    if not all(o.ok for o, _ in rows):
+    if not run.ok:
         raise typer.Exit(1)
 
 
