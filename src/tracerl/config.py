@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tracerl.composition.training import GateTrainingConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
+from tracerl.envs.collect import CollectConfig
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import RolloutSettings, TrainConfig
@@ -49,12 +50,6 @@ class TargetSection(Section):
     tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
     tau2: str | None = Field(None, description="a 'tau2:<domain>' target's settings: a YAML file of its user simulator, "
                              "judge, reward basis, … (tracerl.envs.tau2_live.Tau2Settings)")
-
-
-class CollectSection(Section):
-    tasks: int = Field(200, ge=1, description="base-agent rollouts on the target's train split")
-    temperature: float = Field(0.0, ge=0, description="0 = greedy; its own, not rollout.temperature: collect measures "
-                               "the base agent's behaviour, GRPO samples to explore")
 
 
 class AnalysisSection(Section):
@@ -104,7 +99,7 @@ class RunConfig(Section):
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="tokens per turn, batch size and "
                                      "sampling temperature: one block for every stage that plays episodes")
     target: TargetSection = Field(default_factory=TargetSection)
-    collect: CollectSection = Field(default_factory=CollectSection)
+    collect: CollectConfig = Field(default_factory=CollectConfig)
     analysis: AnalysisSection = Field(default_factory=AnalysisSection)
     select: SelectConfig = Field(default_factory=SelectConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)

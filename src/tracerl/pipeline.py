@@ -41,6 +41,7 @@ from tracerl.contracts import (
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
+from tracerl.envs.collect import task_seeds
 from tracerl.evaluation.evaluate import play
 from tracerl.stages import Stage, View, is_complete, run_stage
 
@@ -195,15 +196,14 @@ class StageFunctions:
         return self.ws / rel
 
     @staticmethod
-    def target_env(c: View, split: str | None) -> Callable[[], Any]:
-        from tracerl.envs.registry import make_env
+    def target_env(c: View, split: str) -> Callable[[], Any]:
+        from tracerl.envs.collect import target_factory
 
         if c.target.env.startswith("tau2:") and c.target.tau2 is not None:
             from tracerl.envs.tau2_live import load_tau2_settings
 
-            settings = load_tau2_settings(c.target.tau2)
-            return lambda: make_env(c.target.env, split=split, **settings)
-        return lambda: make_env(c.target.env, split=split)
+            return target_factory(c.target.env, split, load_tau2_settings(c.target.tau2))
+        return target_factory(c.target.env, split)
 
     @staticmethod
     def policy(c: View, *, temperature: float, seed: int, adapters: dict[str, Path] | None = None):
@@ -239,13 +239,15 @@ class StageFunctions:
             from tracerl.envs.loading import load_rollouts
 
             trajectories = load_rollouts(c.target.results, tools=c.target.tools)
+            write_jsonl(self.path("rollouts/base.jsonl"), trajectories)
         else:
-            make_env = self.target_env(c, "train")
-            seeds = target_seeds(make_env, "train", c.collect.tasks)
-            policy = self.policy(c, temperature=c.collect.temperature, seed=c.seed)
-            with _progress(self.console, "collect", len(seeds)) as bar:
-                trajectories = play(make_env, policy, seeds, batch_size=c.rollout.batch_size, on_done=bar.advance)
-        write_jsonl(self.path("rollouts/base.jsonl"), trajectories)
+            from tracerl.envs.collect import run_collect
+
+            with _progress(self.console, "collect", c.collect.tasks) as bar:
+                trajectories = run_collect(self.target_env(c, "train"),
+                                           lambda: self.policy(c, temperature=c.collect.temperature, seed=c.seed),
+                                           c.collect, self.path("rollouts/base.jsonl"), split="train",
+                                           batch_size=c.rollout.batch_size, on_done=bar.advance).trajectories
         passed = sum(t.passed for t in trajectories)
         return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
 
@@ -389,7 +391,7 @@ class StageFunctions:
             if variant == "prompt_capabilities":
                 policy = WithSystemNote(policy, capability_note(self.selected()))
         make_env = self.target_env(c, "test")
-        seeds = target_seeds(make_env, "test", cfg.tasks)
+        seeds = task_seeds(make_env, "test", cfg.tasks)
         with _progress(self.console, f"eval {variant}", len(seeds) * cfg.trials) as bar:
             trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
                                 batch_size=c.rollout.batch_size, on_done=bar.advance)
@@ -412,14 +414,6 @@ class StageFunctions:
 
         report = build_report(self.ws)
         return {"html": str(report.html_path)}
-
-
-def target_seeds(make_env: Callable[[], Any], split: str, n: int) -> list[int]:
-    """The first `n` tasks of the target's split, as the target numbers them (`Env.task_seeds`)."""
-    try:
-        return make_env().task_seeds(n)
-    except ValueError as e:
-        raise InputError(f"target, split '{split}': {e}") from None
 
 
 def _llm_config(c: View):

@@ -66,3 +66,20 @@ def test_same_seed_same_bytes_across_processes(tmp_path):
                        check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed})
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] and outs[0]
+
+
+def test_the_command_and_the_pipeline_collect_alike(tmp_path, capsys):
+    """One function (`run_collect`): the embedded agent played greedily on the same train tasks gives the
+    same rollouts from `tracerl collect` and from the pipeline's collect stage."""
+    from tracerl.config import RunConfig
+    from tracerl.pipeline import SECTIONS, Pipeline
+    from tracerl.stages import View
+
+    config = RunConfig.model_validate({"collect": {"tasks": 3}, "rollout": {"max_new_tokens": 160, "batch_size": 2}})
+    ws = tmp_path / "ws"
+    summary = Pipeline(config, ws).stage_fns.collect(View(config, SECTIONS["collect"]))
+    out = tmp_path / "cli.jsonl"
+    assert main(["collect", "--policy", "model", "--split", "train", "--tasks", "3", "--batch-size", "2",
+                 "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["count"] == summary["trajectories"] == 3
+    assert out.read_bytes() == (ws / "rollouts" / "base.jsonl").read_bytes()

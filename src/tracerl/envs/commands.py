@@ -13,9 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tracerl.core.errors import InputError
-from tracerl.core.io import write_jsonl
-from tracerl.envs.registry import make_env, make_policy
-from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.collect import CollectConfig, run_collect, target_factory
+from tracerl.envs.registry import make_policy
 from tracerl.envs.summary import print_summary, summarize
 
 
@@ -47,32 +46,22 @@ def collect(
         from tracerl.envs.tau2_live import load_tau2_settings
 
         settings = load_tau2_settings(tau2)
-    target = make_env(env, split=split, **settings)  # unknown env or split → InputError before anything runs
-    try:
-        seeds = target.task_seeds(tasks, offset)
-    except ValueError as e:
-        raise InputError(f"--tasks {tasks} --offset {offset}: {e}") from None
-    agent = make_policy(policy, seed=seed)
-    episodes = [Episode(seed=s) for s in seeds]
     with Progress(TextColumn("collect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=json_output) as progress:
-        bar = progress.add_task(f"{env} · {agent.name}", total=len(episodes))
-        trajectories = rollout(lambda: make_env(env, split=split, **settings), agent, episodes, batch_size=batch_size,
-                               on_done=lambda _: progress.advance(bar))
-    write_jsonl(out, trajectories)
-    if tau2_results is not None:
-        from tracerl.envs.tau2_live import write_tau2_results
-
-        write_tau2_results(tau2_results, target, trajectories, agent=agent.name)
+        bar = progress.add_task(f"{env} · {policy}", total=tasks)
+        collected = run_collect(target_factory(env, split, settings), lambda: make_policy(policy, seed=seed),
+                                CollectConfig(tasks=tasks), out, split=split, offset=offset, batch_size=batch_size,
+                                tau2_results=tau2_results, on_done=lambda _: progress.advance(bar))
+    trajectories, name = collected.trajectories, collected.policy
     summary = summarize(trajectories, source=str(out))
     faults = Counter(f for t in trajectories for f in (t.info.get("faults") or {}).get("planted", []))
-    summary.update({"env": env, "policy": agent.name, "split": split, "seed": seed,
+    summary.update({"env": env, "policy": name, "split": split, "seed": seed,
                     "planted_faults": dict(sorted(faults.items()))})
     if json_output:
         typer.echo(json.dumps(summary, indent=2, ensure_ascii=False))
     else:
         console = Console()
-        console.print(f"collect: {env} · {agent.name} · split {split} · seed {seed} → {out}", highlight=False)
+        console.print(f"collect: {env} · {name} · split {split} · seed {seed} → {out}", highlight=False)
         print_summary(summary, console)
         print_faults(summary, console)
 
