@@ -252,7 +252,7 @@ def main() -> None:
                "--clients", str(args.clients), "--per-client", str(args.per_client), "--threads", str(args.threads),
                "--vllm", args.vllm,
                "--concurrent", *map(str, args.concurrent), *(["--max-turns", str(args.max_turns)] if args.max_turns else [])]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True)  # progress and errors on stderr
         results[part] = json.loads(done.stdout.strip().splitlines()[-1])
         print(part, json.dumps(results[part], indent=2), flush=True)
     results["load_average"] = load_average()
