@@ -1,5 +1,7 @@
 """Multi-turn token bookkeeping: appended records vs a fresh templating of the same conversation."""
 
+import json
+
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.models.chat import ChatFormat
@@ -112,3 +114,19 @@ def test_a_turn_cut_by_the_token_budget_is_closed_as_context(tokenizer, toy):
     assert session.tokens.ids[n] == chat.end_of_turn_id and session.tokens.mask[n] == 0
     assert chat.decode(session.tokens.ids[n:]) == "<|im_end|>\n<|im_start|>user\nGo on.<|im_end|>\n<|im_start|>assistant\n"
     assert session.tokens.ids == chat.prompt_ids(session.messages, tools)
+
+
+def test_parsed_arguments_render_as_the_agent_wrote_them():
+    """OpenAI clients (and vLLM's chat endpoint) hand earlier tool calls back with parsed arguments;
+    the shipped template renders them as canonical JSON — the text tracerl keeps — so the prompt is
+    the one tracerl renders from its own messages."""
+    from tracerl.models.local import load_model
+
+    _, tokenizer = load_model("tiny-agent")
+    call = Message.assistant(None, [ToolCall.make("get_user_details", {"user_id": "emma_lopez_940", "a": [1, 2]}, "c1")])
+    ours = [Message.user("hi").to_openai(), call.to_openai()]
+    theirs = [ours[0], {**ours[1], "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+                                                  for c in ours[1]["tool_calls"]]}]
+    assert isinstance(theirs[1]["tool_calls"][0]["function"]["arguments"], dict)
+    rendered = [tokenizer.apply_chat_template(m, tokenize=False) for m in (ours, theirs)]
+    assert rendered[0] == rendered[1] and '{"a":[1,2],"user_id":"emma_lopez_940"}' in rendered[0]

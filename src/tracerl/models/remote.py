@@ -34,9 +34,8 @@ defaults overriding the request's sampling parameters. The last two flags parse 
 server-side for OpenAI clients of `/v1/chat/completions` (τ²-bench, agent frameworks): the
 agent's `<tool_call>` blocks are Hermes' (tests/vllm checks the tiny agent's calls come back as
 `tool_calls`). This module does not need them (it reads token ids; `tracerl.models.parsing`).
-Through vLLM's chat endpoint, earlier tool calls are re-rendered from parsed arguments by the
-template's `tojson` (`{"user_id": "u1"}`), not as the agent wrote them (`{"user_id":"u1"}`):
-a few tokens differ from the agent's own conversation after its first tool call.
+Through vLLM's chat endpoint, earlier tool calls reach the template with parsed arguments; the
+shipped template renders them as canonical JSON (`{"user_id":"u1"}`), the text tracerl keeps.
 Requests run concurrently up to
 `max_concurrency`; each has a timeout and is retried with backoff on connection errors, 408,
 409, 429 and 5xx (the openai client's policy); 4xx errors are raised at once.

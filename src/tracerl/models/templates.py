@@ -37,6 +37,10 @@ _TOOL_CALLS = r"""
         {%- endif %}
         {{- '<|im_end|>\n' }}"""
 
+# The tiny agent's: parsed arguments (an OpenAI client's earlier calls) render as canonical JSON, the
+# text tracerl keeps (`canonical_json`); Qwen3's own template keeps `tojson`'s spacing.
+_TOOL_CALLS_CANONICAL = _TOOL_CALLS.replace("| tojson }}", '| tojson(separators=(",", ":"), sort_keys=True) }}')
+
 _TOOL_TURNS = r"""
     {%- elif message.role == "tool" %}
         {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
@@ -148,7 +152,7 @@ TINY_AGENT_TEMPLATE = (
         {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
     {%- elif message.role == "assistant" %}
         {{- '<|im_start|>' + message.role + '\n' + content }}"""
-    + _TOOL_CALLS
+    + _TOOL_CALLS_CANONICAL
     + _TOOL_TURNS
     + r"""
 {%- if add_generation_prompt %}
