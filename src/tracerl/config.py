@@ -9,15 +9,16 @@ GPU-scale setting. The resolved config is saved as `config.yaml` in the workspac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from tracerl.composition.training import GateTrainingConfig
+from tracerl.composition.stage import ComposeConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
 from tracerl.envs.collect import CollectConfig
+from tracerl.evaluation.stage import EvalConfig
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import RolloutSettings, TrainConfig
@@ -60,28 +61,10 @@ class AnalysisSection(Section):
     api_key_env: str = Field("OPENAI_API_KEY", description="the environment variable holding the key")
 
 
-class ComposeSection(Section):
-    modes: list[Literal["moe", "router", "merge"]] = Field(default_factory=lambda: ["moe", "router"],
-                                                           description="compositions to build and evaluate")
-    episodes_per_capability: int = Field(32, ge=1, description="adapter rollouts per capability environment "
-                                         "whose successes train the gates (counted in TRACE's rollout budget)")
-    heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
-    top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
-    gate: GateTrainingConfig = Field(default_factory=GateTrainingConfig)
-
-
 class BaselinesSection(Section):
     grpo_target: bool = Field(True, description="GRPO on the target's train split with TRACE's rollout budget")
     prompt_capabilities: bool = Field(True, description="the base model with the capability descriptions in its prompt")
     single_adapters: bool = Field(True, description="evaluate each capability adapter alone")
-
-
-class EvalSection(Section):
-    tasks: int = Field(200, ge=1, description="held-out test tasks")
-    trials: int = Field(1, ge=1, description="trials per task (pass^k for k ≤ trials); trials > 1 sample at temperature")
-    temperature: float = Field(0.0, ge=0, description="0 = greedy; its own, not rollout.temperature: evaluation "
-                               "measures the agent")
-    bootstrap: int = Field(2000, ge=100, description="resamples for the 95% intervals")
 
 
 class TrainSection(TrainConfig):
@@ -106,9 +89,9 @@ class RunConfig(Section):
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
     train_rejected: bool = Field(False, description="train adapters on environments calibration rejected (marked "
                                  "in the report); False = `tracerl run` stops before training one, exit 2")
-    compose: ComposeSection = Field(default_factory=ComposeSection)
+    compose: ComposeConfig = Field(default_factory=ComposeConfig)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
-    eval: EvalSection = Field(default_factory=EvalSection)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", exclude={"train": {"rollout"}}), sort_keys=False)

@@ -35,7 +35,7 @@ from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, GateKept, eval_file_stem,
+    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem,
     read_calibration, read_metrics,
 )
 from tracerl.core.errors import InputError
@@ -315,44 +315,17 @@ class StageFunctions:
         return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
 
     def compose(self, c: View) -> dict[str, Any]:
-        from tracerl.composition.build import ComposeOptions, build_composition
-        from tracerl.envs.runner import Episode, rollout
-        from tracerl.synthesis.envdir import load_env_dir
+        from tracerl.composition.stage import ComposeInputs, run_compose, summary
 
-        cfg = c.compose
         caps = self.built_envs()
-        # Gate-training data: rollouts of each adapter on its own environment (seeds apart from
-        # training and evaluation), labelled with the capability. TRACE trains the gates on the
-        # successful ones; an adapter with no success contributes its best-rewarded rollouts
-        # instead (recorded in gate_data/summary.json), so a weak agent still gets a router.
-        policy = self.policy(c, temperature=c.rollout.temperature, seed=c.seed + 1,
-                             adapters={cap: self.path(f"adapters/{cap}") for cap in caps})
-        paths, rollouts, kept = [], 0, {}
-        for cap in caps:
-            seeds = [500_000 + i for i in range(cfg.episodes_per_capability)]
-            trajs = rollout(load_env_dir(self.path(f"envs/{cap}")), policy,
-                            [Episode(seed=s, adapter=cap) for s in seeds], batch_size=c.rollout.batch_size)
-            rollouts += len(trajs)
-            good = [t for t in trajs if t.passed]
-            source = "successful"
-            if not good:
-                best = max(t.reward for t in trajs)
-                good, source = [t for t in trajs if t.reward == best], f"best reward {best:.2f} (no success)"
-            kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
-            path = self.path(f"gate_data/{cap}.jsonl")
-            write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in good])
-            paths.append(str(path))
-        GateData(rollouts=rollouts, kept=kept).write(self.path("gate_data/summary.json"))
-        summary: dict[str, Any] = {"gate_rollouts": rollouts}
-        for mode in cfg.modes:
-            options = ComposeOptions(mode=mode, capabilities_file=str(self.path("capabilities.json")),
-                                     trajectories=paths, heldout_fraction=cfg.heldout_fraction, gate=cfg.gate,
-                                     top_p=cfg.top_p, model_name=TRACE_VARIANTS[mode], seed=c.seed,
-                                     successful_only=False)  # gate_data holds only what should train the gates
-            spec = build_composition([str(self.path(f"adapters/{cap}")) for cap in caps], c.model.base,
-                                     self.path(COMPOSED_DIRS[mode]), options)
-            summary[mode] = {"routing_accuracy": spec.routing_accuracy.overall if spec.routing_accuracy else None}
-        return summary
+        inputs = ComposeInputs(base=c.model.base, adapters=[self.path(f"adapters/{cap}") for cap in caps],
+                               capabilities=self.path("capabilities.json"),
+                               envs={cap: self.path(f"envs/{cap}") for cap in caps})
+        run = run_compose(inputs, c.compose, {m: self.path(COMPOSED_DIRS[m]) for m in c.compose.modes}, seed=c.seed,
+                          names=TRACE_VARIANTS, gate_dir=self.path("gate_data"), batch_size=c.rollout.batch_size,
+                          make_policy=lambda: self.policy(c, temperature=c.rollout.temperature, seed=c.seed + 1,
+                                                          adapters=dict(zip(caps, inputs.adapters))))
+        return summary(run)
 
     def grpo_target(self, c: View) -> dict[str, Any]:
         from tracerl.training.stage import TrainEnv

@@ -42,13 +42,15 @@ def register(app: typer.Typer) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
         from pydantic import ValidationError
 
-        from tracerl.composition.build import ComposeOptions, build_composition
+        from tracerl.composition.stage import MODES, ComposeConfig, ComposeInputs, run_compose
         from tracerl.composition.training import GateTrainingConfig
         from tracerl.core.io import describe_validation_error
 
         dirs = list(adapters or []) + list(extra_adapters or [])
         if not dirs:
             raise InputError("give the adapters with --adapters DIR [DIR …]")
+        if mode not in MODES:
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         try:
             gate = GateTrainingConfig(
                 learning_rate=learning_rate, lr_scheduler_type=lr_scheduler_type, max_steps=max_steps,
@@ -58,11 +60,13 @@ def register(app: typer.Typer) -> None:
             )
         except ValidationError as e:
             raise InputError(f"bad gate-training option: {describe_validation_error(e)}") from None
-        options = ComposeOptions(
-            mode=mode, capabilities_file=capabilities, trajectories=list(trajectories or []), heldout_fraction=heldout_fraction,
-            gate=gate, top_p=top_p, labels=labels.split(",") if labels else None, model_name=name, seed=seed,
-            router_fit=not zero_shot,
-        )
+        try:
+            config = ComposeConfig(modes=[mode], heldout_fraction=heldout_fraction, top_p=top_p, gate=gate)
+        except ValidationError as e:
+            raise InputError(f"bad option: {describe_validation_error(e)}") from None
+        inputs = ComposeInputs(base=base, adapters=[Path(d) for d in dirs],
+                               capabilities=None if capabilities is None else Path(capabilities),
+                               trajectories=[Path(t) for t in trajectories or []])
         console = Console(stderr=True)
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("training gates", total=max_steps, visible=mode == "moe" and bool(trajectories))
@@ -70,7 +74,10 @@ def register(app: typer.Typer) -> None:
             def on_log(record: dict) -> None:
                 progress.update(task, completed=record["step"], description=f"training gates (loss {record['loss']:.3f})")
 
-            spec = build_composition(dirs, base, out, options, on_gate_log=on_log)
+            run = run_compose(inputs, config, {mode: out}, seed=seed, names={mode: name} if name else None,
+                              labels=labels.split(",") if labels else None, router_fit=not zero_shot,
+                              on_gate_log=on_log)
+        spec = run.specs[mode]
         if as_json:
             typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
             return

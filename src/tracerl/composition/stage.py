@@ -1,0 +1,127 @@
+"""`run_compose`: TRACE step 4 — capability adapters + base → one composed-model directory per mode —
+what `tracerl compose` and the pipeline's compose stage both call, with one `ComposeConfig` (the run
+config's `compose:` section).
+
+The gates (moe) and the router's label head (router, merge) train on labelled rollouts, each with
+`info["capability"]`: files given as they are (`tracerl compose --trajectories`; only the successful
+ones train the gates), or rolled out here by each adapter on its own capability's environment (the
+pipeline: `ComposeInputs.envs`) and written to a gate-data folder, keeping the successful ones or,
+for an adapter with no success, its best-rewarded ones (so a weak agent still gets a router).
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tracerl.composition.training import GateTrainingConfig
+from tracerl.contracts import CompositionSpec, GateData, GateKept
+from tracerl.core.errors import InputError
+from tracerl.core.policy import Policy
+
+Mode = Literal["moe", "router", "merge"]
+MODES: tuple[str, ...] = typing.get_args(Mode)
+GATE_SEED_OFFSET = 500_000  # gate-data episodes' seeds: apart from training's and evaluation's
+
+
+class ComposeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    modes: list[Mode] = Field(default_factory=lambda: ["moe", "router"], description="compositions to build and evaluate")
+    episodes_per_capability: int = Field(32, ge=1, description="adapter rollouts per capability environment "
+                                         "whose successes train the gates (counted in TRACE's rollout budget)")
+    heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
+    top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
+    gate: GateTrainingConfig = Field(default_factory=GateTrainingConfig)
+
+
+@dataclass
+class ComposeInputs:
+    base: str  # the base model the adapters were trained on
+    adapters: list[Path]  # one adapter folder per capability, in slot order
+    capabilities: Path | None = None  # a capabilities.json naming and describing them
+    trajectories: list[Path] = field(default_factory=list)  # labelled rollouts that train the gates …
+    envs: dict[str, Path] = field(default_factory=dict)  # … or capability → environment, rolled out here
+
+
+@dataclass
+class ComposeRun:
+    """What `run_compose` returns: each mode's composition.json, and the gate data it rolled out (if any)."""
+
+    specs: dict[str, CompositionSpec]
+    gate_data: GateData | None = None
+
+
+def roll_gate_data(envs: dict[str, Path], policy: Policy, episodes: int, out_dir: Path, *,
+                   batch_size: int = 64) -> tuple[GateData, list[Path]]:
+    """`episodes` rollouts of each capability's adapter (loaded into `policy` under the capability's
+    name) on its environment; the kept ones go to `out_dir/<capability>.jsonl` labelled with the
+    capability, the counts to `out_dir/summary.json`."""
+    from tracerl.core.io import write_jsonl
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.synthesis.envdir import load_env_dir
+
+    paths, rollouts, kept = [], 0, {}
+    for cap, env_dir in envs.items():
+        seeds = [GATE_SEED_OFFSET + i for i in range(episodes)]
+        trajs = rollout(load_env_dir(env_dir), policy, [Episode(seed=s, adapter=cap) for s in seeds],
+                        batch_size=batch_size)
+        rollouts += len(trajs)
+        good = [t for t in trajs if t.passed]
+        source = "successful"
+        if not good:
+            best = max(t.reward for t in trajs)
+            good, source = [t for t in trajs if t.reward == best], f"best reward {best:.2f} (no success)"
+        kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
+        path = out_dir / f"{cap}.jsonl"
+        write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in good])
+        paths.append(path)
+    data = GateData(rollouts=rollouts, kept=kept)
+    data.write(out_dir / "summary.json")
+    return data, paths
+
+
+def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Path], *, seed: int,
+                names: dict[str, str] | None = None, gate_dir: Path | None = None,
+                make_policy: Callable[[], Policy] | None = None, batch_size: int = 64,
+                labels: list[str] | None = None, router_fit: bool = True,
+                on_gate_log: Callable[[dict], None] | None = None) -> ComposeRun:
+    """Compose `inputs.adapters` in each of `config.modes` into `out[mode]` (served as `names[mode]`,
+    default the folder's name). With `inputs.envs`, the gate data is first rolled out into `gate_dir`
+    by `make_policy()` (the base with every adapter loaded under its capability's name)."""
+    from tracerl.composition.build import ComposeOptions, build_composition
+
+    missing = [m for m in config.modes if m not in out]
+    if missing:
+        raise InputError(f"no output folder for mode {missing[0]!r}")
+    gate_data, trajectories, successful_only = None, list(inputs.trajectories), True
+    if inputs.envs:
+        if trajectories or gate_dir is None or make_policy is None:
+            raise InputError("gate data is either given (trajectories) or rolled out (envs, gate_dir, make_policy)")
+        gate_data, trajectories = roll_gate_data(inputs.envs, make_policy(), config.episodes_per_capability,
+                                                 gate_dir, batch_size=batch_size)
+        successful_only = False  # the gate data holds only what should train the gates
+    specs = {}
+    for mode in config.modes:
+        options = ComposeOptions(
+            mode=mode, capabilities_file=None if inputs.capabilities is None else str(inputs.capabilities),
+            trajectories=[str(p) for p in trajectories], heldout_fraction=config.heldout_fraction, gate=config.gate,
+            top_p=config.top_p, labels=labels, model_name=(names or {}).get(mode), seed=seed,
+            successful_only=successful_only, router_fit=router_fit,
+        )
+        specs[mode] = build_composition([str(p) for p in inputs.adapters], inputs.base, out[mode], options,
+                                        on_gate_log=on_gate_log)
+    return ComposeRun(specs, gate_data)
+
+
+def summary(run: ComposeRun) -> dict[str, Any]:
+    """The compose stage's record: gate rollouts and each mode's held-out routing accuracy."""
+    out: dict[str, Any] = {"gate_rollouts": run.gate_data.rollouts if run.gate_data is not None else 0}
+    for mode, spec in run.specs.items():
+        out[mode] = {"routing_accuracy": spec.routing_accuracy.overall if spec.routing_accuracy else None}
+    return out
