@@ -64,8 +64,10 @@ SECTIONS = {
 class Pipeline:
     """The stage graph over one workspace: which stages exist, what each reads and writes, and in what order."""
 
-    def __init__(self, config: RunConfig, workspace: str | Path, *, console: Console | None = None):
+    def __init__(self, config: RunConfig, workspace: str | Path, *, console: Console | None = None,
+                 eval_server: str | None = None):
         self.cfg = config
+        self.eval_server = eval_server  # `tracerl eval --server`: the eval stages' model.server_url
         self.ws = Path(workspace)
         self.stage_fns = StageFunctions(self.ws, console or Console(stderr=True))
         self.log: list[dict[str, Any]] = []
@@ -81,6 +83,8 @@ class Pipeline:
         """Stage `name` (kind[:item]): its function called with its `View` of the config (and `args`)."""
         kind = name.split(":")[0]
         view = View(self.cfg, SECTIONS[kind])
+        if kind == "eval" and self.eval_server:
+            view.model = view.model.model_copy(update={"server_url": self.eval_server})
         fn = getattr(self.stage_fns, "evaluate" if kind == "eval" else kind)
         return Stage(name, lambda: fn(view, *args), inputs=inputs, outputs=outputs, config=view.key())
 
@@ -336,38 +340,18 @@ class StageFunctions:
                                    max_rollouts=self.trace_rollouts())
 
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
-        from tracerl.evaluation.evaluate import WithSystemNote, capability_note, summarize_variant
+        from contextlib import ExitStack
+
+        from tracerl.evaluation.evaluate import summarize_variant
 
         cfg = c.eval
-        temperature = cfg.temperature if cfg.trials == 1 or cfg.temperature > 0 else 1.0  # k greedy trials would agree
-        adapter, rollouts_used = None, 0
-        if variant.startswith("trace_"):
-            from tracerl.composition.artifact import load_composed
-            from tracerl.composition.policy import ComposedPolicy
-
-            mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
-            model = load_composed(self.path(COMPOSED_DIRS[mode]))
-            policy = ComposedPolicy(model, temperature=temperature, seed=c.seed,
-                                    max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
-            rollouts_used = self.trace_rollouts()
-        else:
-            adapters = {}
-            if variant == "grpo_target":
-                adapters = {"grpo_target": self.path("baselines/grpo_target")}
-                rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1].rollouts_used
-            elif variant.startswith("adapter:"):
-                cap = variant.split(":", 1)[1]
-                adapters = {cap: self.path(f"adapters/{cap}")}
-                rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1].rollouts_used
-            adapter = next(iter(adapters), None)
-            policy = self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters)
-            if variant == "prompt_capabilities":
-                policy = WithSystemNote(policy, capability_note(self.selected()))
         make_env = self.target_env(c, "test")
         seeds = task_seeds(make_env, "test", cfg.tasks)
-        with _progress(self.console, f"eval {variant}", len(seeds) * cfg.trials) as bar:
-            trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
-                                batch_size=c.rollout.batch_size, on_done=bar.advance)
+        with ExitStack() as stack:
+            policy, adapter, rollouts_used = self._eval_policy(c, variant, make_env, stack)
+            with _progress(self.console, f"eval {variant}", len(seeds) * cfg.trials) as bar:
+                trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
+                                    batch_size=c.rollout.batch_size, on_done=bar.advance)
         base_path = self.path("eval/base.json")
         base = EvalResult.read(base_path) if variant != "base" and base_path.exists() else None
         result = summarize_variant(variant, trajectories, rollouts_used=rollouts_used,
@@ -381,6 +365,47 @@ class StageFunctions:
                                agent=variant)
         result.write(self.path(f"eval/{eval_file_stem(variant)}.json"))
         return {"pass1": result.pass1.mean, "rollouts_used": rollouts_used}
+
+    def _eval_policy(self, c: View, variant: str, make_env: Callable[[], Any],
+                     stack: Any) -> tuple[Any, str | None, int]:
+        """(policy, adapter name, rollouts the variant consumed) of one evaluated variant. With
+        `model.server_url`, its rollouts come from the servers, the adapter hot-swapped and checked
+        there (`tracerl.evaluation.served`); a composed variant is played in-process, with a note."""
+        from tracerl.evaluation.evaluate import WithSystemNote, capability_note
+        from tracerl.evaluation.served import LOCAL_NOTE, served_policy
+
+        cfg, server = c.eval, c.model.server_url
+        temperature = cfg.temperature if cfg.trials == 1 or cfg.temperature > 0 else 1.0  # k greedy trials would agree
+        if variant.startswith("trace_"):
+            from tracerl.composition.artifact import load_composed
+            from tracerl.composition.policy import ComposedPolicy
+
+            if server:
+                self.console.print(f"[yellow]{LOCAL_NOTE.format(variant=variant, url=server)}[/]", highlight=False)
+            mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
+            policy = ComposedPolicy(load_composed(self.path(COMPOSED_DIRS[mode])), temperature=temperature, seed=c.seed,
+                                    max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
+            return policy, None, self.trace_rollouts()
+        adapters, rollouts_used = {}, 0
+        if variant == "grpo_target":
+            adapters = {"grpo_target": self.path("baselines/grpo_target")}
+            rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1].rollouts_used
+        elif variant.startswith("adapter:"):
+            cap = variant.split(":", 1)[1]
+            adapters = {cap: self.path(f"adapters/{cap}")}
+            rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1].rollouts_used
+        adapter = next(iter(adapters), None)
+        if server:
+            policy = stack.enter_context(served_policy(
+                server, c.model.base, make_env, adapter=(adapter, adapters[adapter]) if adapter else None,
+                temperature=temperature, seed=c.seed, max_new_tokens=c.rollout.max_new_tokens,
+                batch_size=c.rollout.batch_size, served_dir=self.path(".served_adapters"),
+                api_key=os.environ.get("OPENAI_API_KEY")))
+        else:
+            policy = self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters)
+        if variant == "prompt_capabilities":
+            policy = WithSystemNote(policy, capability_note(self.selected()))
+        return policy, adapter, rollouts_used
 
     def report(self, c: View) -> dict[str, Any]:
         from tracerl.evaluation.report import build_report

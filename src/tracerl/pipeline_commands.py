@@ -42,7 +42,7 @@ def single_process(command: str, config_path: Path, workspace: Path | None) -> N
 
 
 def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[str] | None, as_json: bool,
-         command: str = "run") -> None:
+         command: str = "run", eval_server: str | None = None) -> None:
     single_process(command, config_path, workspace)
     from tracerl.config import load_run_config
     from tracerl.pipeline import Pipeline
@@ -50,7 +50,7 @@ def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[
     config = load_run_config(config_path)
     if workspace is None:
         raise InputError("give --workspace DIR (the run's folder)")
-    pipeline = Pipeline(config, workspace, console=console)
+    pipeline = Pipeline(config, workspace, console=console, eval_server=eval_server)
     start = time.time()
 
     def on_stage(name: str, ran: bool, summary: dict) -> None:
@@ -110,6 +110,9 @@ def demo(
 def evaluate(
     workspace: Path = typer.Option(..., "--workspace", "-w", help="A workspace whose training stages are done."),
     force: bool = typer.Option(False, "--force", help="Re-evaluate every variant."),
+    server: Optional[str] = typer.Option(None, "--server", help="OpenAI-compatible vLLM server(s) (URL[,URL…]) "
+                                         "for the evaluation rollouts, each adapter hot-swapped and checked there "
+                                         "(composed variants stay in-process); default: the config's model.server_url"),
     as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
 ) -> None:
     """Evaluate every variant of a run on the held-out test tasks, then rebuild the report."""
@@ -117,7 +120,7 @@ def evaluate(
     config = workspace / "config.yaml"
     if not config.exists():
         raise InputError("not a tracerl workspace (no config.yaml)", path=str(workspace))
-    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json, command="eval")
+    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json, command="eval", eval_server=server)
 
 
 def register(app: typer.Typer) -> None:

@@ -258,3 +258,48 @@ def test_episodes_in_flight_equal_rounds_of_act(vllm_server):
         for a, b in zip(played["lockstep"], played["continuous"], strict=True):
             assert a.tokens.ids == b.tokens.ids and a.tokens.mask == b.tokens.mask and a.messages == b.messages
             assert a.tokens.logprobs == pytest.approx(b.tokens.logprobs, abs=1e-4)
+
+
+EVAL_RUN = """
+seed: 0
+model: {base: tiny-agent}
+rollout: {max_new_tokens: 96, batch_size: 32}
+collect: {tasks: 32}
+select: {runs: 2, bootstrap: 50, max_selected: 1}
+synthesize: {calibrate: false}
+train: {num_generations: 4, groups_per_step: 2, max_steps: 2, eval_steps: 2, eval_episodes: 0, max_resample_tries: 1,
+        learning_rate: 0.02, lora: {r: 4, lora_alpha: 8}}
+compose: {modes: [moe], episodes_per_capability: 4, gate: {max_steps: 2}}
+baselines: {grpo_target: false, prompt_capabilities: false, single_adapters: true}
+eval: {tasks: 8, bootstrap: 50}
+"""
+
+
+def test_eval_on_the_server_equals_the_local_eval(vllm_server, tmp_path):
+    """`tracerl eval --server`: the base and a capability adapter (hot-swapped, served = trained checked)
+    played greedily on vLLM give the in-process evaluation's episodes, token for token; the composed
+    variant stays in-process with a note."""
+    ws = tmp_path / "ws"
+    (tmp_path / "run.yaml").write_text(EVAL_RUN)
+    result = tracerl("run", str(tmp_path / "run.yaml"), "-w", str(ws), "--json", timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    local = {f.name: f.read_text() for f in (ws / "eval").iterdir() if f.is_file()}
+    adapters = [f.stem for f in (ws / "eval").glob("adapter*.json")]
+    assert len(adapters) == 1 and "base.json" in local and "trace_moe.json" in local
+    before, unloads = loads(vllm_server), vllm_server.log_text().count("unload_lora_adapter")
+
+    result = tracerl("eval", "-w", str(ws), "--server", vllm_server.url, "--json", timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ran = {s["stage"] for s in json.loads(result.stdout)["stages"] if s["ran"]}
+    assert {"eval:base", "eval:trace_moe", "report"} <= ran and len(ran) == 4  # the eval stages' key names the server
+    assert "trace_moe: a composed model cannot be served by vLLM; evaluated in-process" in " ".join(result.stderr.split())
+    assert loads(vllm_server) - before == 1  # the capability adapter, swapped in, checked, then unloaded
+    assert vllm_server.log_text().count("unload_lora_adapter") - unloads == 2
+    assert not any((ws / ".served_adapters").iterdir())
+    for name in ("base", adapters[0], "trace_moe"):
+        served_rows = rows(ws / "eval" / f"{name}.jsonl")
+        local_rows = [json.loads(line) for line in local[f"{name}.jsonl"].splitlines()]
+        assert [r["messages"] for r in served_rows] == [r["messages"] for r in local_rows], name
+        assert [r["tokens"]["ids"] for r in served_rows] == [r["tokens"]["ids"] for r in local_rows], name
+        served_doc, local_doc = json.loads((ws / "eval" / f"{name}.json").read_text()), json.loads(local[f"{name}.json"])
+        assert served_doc["per_task"] == local_doc["per_task"] and served_doc["pass1"] == local_doc["pass1"], name

@@ -110,6 +110,14 @@ class ServerBackend:
         if self.check is not None:
             self.check.after_swap(self.control, self.adapter, f"after swap {self.swaps} ({path})")
 
+    def close(self) -> None:
+        """Unload the swapped-in adapter from every server and remove its copy (nothing when none was swapped in)."""
+        if self._served is None:
+            return
+        self.control.unload_adapter(self.adapter, missing_ok=True)
+        shutil.rmtree(self._served, ignore_errors=True)
+        self._served = None
+
     def follow_after_step(self) -> None:
         """The trainer-side forwards of `after_step`'s check (`ServedCheck.after_swap`), results unused: run by the
         other ranks of a sharded (FSDP2) model, whose forwards are collectives, while rank 0 checks."""
