@@ -32,10 +32,12 @@ def capabilities_file(path: Path, selected: list[str], unselected: list[str] = (
 def samples() -> dict:
     """One instance of each contract file, as its stage would write it (small, made-up figures)."""
     from tracerl.contracts import (
-        AdapterRef, Capability, CapabilitiesFile, CompositionSpec, EnvCalibration, EnvIndex, EnvRecord, EvalResult,
-        GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TrainRun,
+        AdapterRef, Capability, CapabilitiesFile, CheckReport, CheckResult, CompositionSpec, EnvCalibration, EnvIndex,
+        EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
+        TrainRun,
     )
     from tracerl.evaluation.stats import Interval
+    from tracerl.synthesis.target import load_target
 
     import tempfile
 
@@ -59,8 +61,15 @@ def samples() -> dict:
             EnvRecord(capability="tool_call_precision", status="DONE", environment="tool_call_precision", source="template",
                       calibration=EnvCalibration(accepted=False, difficulty=0, success_rate=0.0, stop_reason="too hard")),
             EnvRecord(capability="error_recovery", status="FAILED", environment=None, source="-", error="no template")]),
+        "envs/tool_call_precision/env.json": EnvSpec(capability="tool_call_precision", template="tool_call_precision",
+                                                     target="airline", difficulty=2),
+        "envs/tool_call_precision/target.json": TargetFile.of(load_target("airline")),
+        "envs/tool_call_precision/checks.json": CheckReport(checks=[
+            CheckResult(name="oracle", passed=True, detail="oracle scores 1.0 on 20 seeds"),
+            CheckResult(name="hints", passed=False, detail="seed 3: info['_hint'] is empty")]),
         "adapters/tool_call_precision/train_config.json": TrainRun(
-            config={"learning_rate": 1e-5}, base="tiny-agent", env="envs/tool_call_precision", rollouts="local"),
+            config={"learning_rate": 1e-5}, base="tiny-agent", env="envs/tool_call_precision", env_digest="0" * 64,
+            rollouts="local"),
         "gate_data/summary.json": GateData(rollouts=4, kept={"tool_call_precision": GateKept(trajectories=1, of=4,
                                                                                             source="successful")}),
         "composed/composition.json": composition,
@@ -81,7 +90,6 @@ NOT_CONTRACTS = (
     "labels/run_",  # selection's per-run labels, for people; no stage reads them
     "/checkpoint/", "/.checkpoint.old/",  # training's resume state (tracerl.training.checkpoint)
     "adapter_config.json",  # PEFT's own file
-    "/env.json", "/target.json", "/checks.json",  # an env directory: EnvSpec and Target (tracerl.synthesis.envdir)
     "eval/tau2/",  # τ²-bench's own results format, for its tools
 )
 
@@ -90,8 +98,8 @@ def check_workspace(ws: Path) -> dict[str, int]:
     """Read every inter-stage file of a pipeline workspace through its contract; fail on a JSON file
     that has none. Returns how many files each contract read."""
     from tracerl.contracts import (
-        CapabilitiesFile, CompositionSpec, EnvIndex, EvalResult, GateData, ReportSummary, TrainRun, read_calibration,
-        read_metrics,
+        CapabilitiesFile, CheckReport, CompositionSpec, EnvIndex, EnvSpec, EvalResult, GateData, ReportSummary,
+        TargetFile, TrainRun, read_calibration, read_metrics,
     )
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
@@ -101,6 +109,9 @@ def check_workspace(ws: Path) -> dict[str, int]:
         ("capabilities.json", CapabilitiesFile.read),
         ("envs/index.json", EnvIndex.read),
         ("envs/*/calibration.json", read_calibration),
+        ("envs/*/env.json", EnvSpec.read),
+        ("envs/*/target.json", TargetFile.read),
+        ("envs/*/checks.json", CheckReport.read),
         ("adapters/*/train_config.json", TrainRun.read),
         ("baselines/*/train_config.json", TrainRun.read),
         ("adapters/*/metrics.jsonl", read_metrics),

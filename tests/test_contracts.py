@@ -23,7 +23,8 @@ def samples() -> dict[str, Contract]:
     return contract_samples()
 
 
-NAMES = ["capabilities.json", "envs/index.json", "adapters/tool_call_precision/train_config.json", "gate_data/summary.json",
+NAMES = ["capabilities.json", "envs/index.json", "envs/tool_call_precision/env.json",
+         "envs/tool_call_precision/target.json", "envs/tool_call_precision/checks.json", "adapters/tool_call_precision/train_config.json", "gate_data/summary.json",
          "composed/composition.json", "eval/adapter-tool_call_precision.json", "report/report.json"]
 
 
@@ -95,3 +96,27 @@ def test_one_capability_model_from_selection_to_composition():
     with pytest.raises(ValueError, match="not snake_case"):
         Capability(name="Look-Before")
     assert issubclass(CapabilityResult, Capability)
+
+
+def test_env_digest_is_the_content_of_the_files_that_define_the_environment(tmp_path):
+    import hashlib
+    import shutil
+
+    from tracerl.contracts import CheckReport, EnvSpec
+    from tracerl.synthesis.envdir import env_digest, write_env_dir
+    from tracerl.synthesis.target import load_target
+
+    env = write_env_dir(tmp_path / "a" / "cap", EnvSpec(capability="cap", template="cap", target="airline"),
+                        load_target("airline"), checks=CheckReport(checks=[]))
+    by_hand = hashlib.sha256()
+    for name in ("env.json", "target.json"):
+        by_hand.update(name.encode() + b"\0" + hashlib.sha256((env / name).read_bytes()).digest())
+    assert env_digest(env) == by_hand.hexdigest()
+    moved = shutil.copytree(env, tmp_path / "b" / "elsewhere")
+    (moved / "checks.json").write_text('{"checks": []}\n')  # a report, not the environment
+    (moved / "calibration.json").write_text("{}")
+    assert env_digest(moved) == env_digest(env)
+    EnvSpec.read(moved / "env.json").model_copy(update={"difficulty": 3}).write(moved / "env.json")
+    assert env_digest(moved) != env_digest(env)
+    with pytest.raises(ValueError, match="exactly one of 'template' and 'module'"):
+        EnvSpec(capability="cap", target="airline")

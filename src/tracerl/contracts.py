@@ -3,7 +3,10 @@
     rollouts/*.jsonl, eval/*.jsonl         Trajectory (`tracerl.core.trajectory`), one per line
     capabilities.json                      CapabilitiesFile — step 1, `tracerl select`
     envs/index.json                        EnvIndex — step 2, `tracerl synthesize`
-      envs/<c>/env.json, calibration.json  EnvSpec (`synthesis.envdir`), CalibrationResult (`synthesis.calibration`)
+      envs/<c>/env.json                    EnvSpec (the directory: `synthesis.envdir`)
+      envs/<c>/target.json                 TargetFile (the in-memory `synthesis.target.Target`)
+      envs/<c>/checks.json                 CheckReport
+      envs/<c>/calibration.json            CalibrationResult (`synthesis.calibration`)
     adapters/<c>/train_config.json         TrainRun — step 3, `tracerl train`
     adapters/<c>/metrics.jsonl             MetricsRow, one per line
     gate_data/summary.json                 GateData — step 4 (the pipeline)
@@ -29,6 +32,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, describe_validation_error, read_json, read_jsonl
 from tracerl.evaluation.stats import Interval
 from tracerl.synthesis.calibration import CalibrationResult
+from tracerl.synthesis.target import Target
 
 C = TypeVar("C", bound="Contract")
 CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -192,6 +196,77 @@ class CapabilitiesFile(Contract):
 # ----------------------------------------------------------------------------- environments (step 2)
 
 
+class EnvSpec(Contract):
+    """envs/<c>/env.json: how to rebuild the environment — a template or an LLM-written module — and at what difficulty."""
+
+    capability: str
+    description: str = ""
+    source: Literal["template", "llm"] = "template"
+    template: str | None = Field(None, description="A key of tracerl.synthesis.templates.TEMPLATES.")
+    module: str | None = Field(None, description="A file in the directory defining make_env(difficulty).")
+    target: str = Field(description="The target's name ('airline', 'retail', …).")
+    difficulty: int = 1
+    hint_fraction: float = Field(0.25, description="Share of a GRPO group sampled with the hint (TRACE: 0.25–0.5).")
+    max_turns: int | None = None
+
+    @model_validator(mode="after")
+    def _one_recipe(self) -> EnvSpec:
+        if (self.template is None) == (self.module is None):
+            raise ValueError("exactly one of 'template' and 'module' must be set")
+        return self
+
+
+class TargetFile(Contract):
+    """envs/<c>/target.json: the target domain the environment imitates (`synthesis.target.Target`), so
+    the directory does not depend on where the target's tools.json was."""
+
+    name: str
+    title: str = Field(description="The first line of the target's system prompt.")
+    source: str = Field(description="'airline' (built in) or the tools.json it was read from.")
+    preamble: list[str]
+    closing: list[str]
+    value_examples: dict[str, list[Any]] = Field(description="Parameter → values the target uses.")
+    result_examples: dict[str, dict[str, Any]] = Field(description="Read tool → one JSON object it returned.")
+    tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
+
+    @classmethod
+    def of(cls, target: Target) -> TargetFile:
+        return cls(name=target.name, title=target.title, source=target.source, preamble=list(target.preamble),
+                   closing=list(target.closing), value_examples=target.value_examples or {},
+                   result_examples=target.result_examples or {},
+                   tools=[{**t.to_openai(), "x-tool-type": t.kind} for t in target.tools])
+
+    def target(self) -> Target:
+        from tracerl.core.tools import ToolSchema
+
+        return Target(name=self.name, tools=tuple(ToolSchema.from_openai(t) for t in self.tools), title=self.title,
+                      source=self.source, preamble=tuple(self.preamble), closing=tuple(self.closing),
+                      value_examples=self.value_examples or None, result_examples=self.result_examples or None)
+
+
+class CheckResult(Record):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class CheckReport(Contract):
+    """envs/<c>/checks.json: the requirement checks the environment passed (`synthesis.checks`)."""
+
+    checks: list[CheckResult]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    def get(self, name: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def failures(self) -> str:
+        """One line per failed check: what to fix."""
+        return "\n".join(f"{c.name}: {c.detail}" for c in self.checks if not c.passed)
+
+
 class EnvCalibration(Record):
     """calibration.json's outcome in short (the file itself: `read_calibration`)."""
 
@@ -232,6 +307,9 @@ class TrainRun(Contract):
     config: dict[str, Any] = Field(description="The resolved TrainConfig.")
     base: str = Field(description="The base model.")
     env: str = Field(description="The environment trained on (env directory or target name).")
+    env_digest: str | None = Field(description="sha256 of the files that define a synthesized environment (env.json, "
+                                   "target.json, its module): which environment an adapter was trained on, wherever "
+                                   "it lies. None for a registered environment (`env` names it).")
     init_adapter: str | None = None
     rollouts: str = Field(description="'local' or the rollout server's URL.")
     world_size: int = 1

@@ -5,11 +5,12 @@ from fractions import Fraction
 
 import pytest
 
+from tracerl.contracts import EnvSpec
 from tracerl.core.io import read_json
 from tracerl.synthesis.calibration import (
     CalibrationBands, CalibrationStats, calibrate, group_stats, judge, pass_at_k, rollout_groups,
 )
-from tracerl.synthesis.envdir import EnvSpec, load_env_dir, load_env_spec, write_env_dir
+from tracerl.synthesis.envdir import load_env_dir, load_env_spec, write_env_dir
 from tracerl.synthesis.scripted import NoisyOraclePolicy
 from tracerl.synthesis.synthesize import calibrate_env_dir
 

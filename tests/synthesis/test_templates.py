@@ -197,8 +197,8 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
     assert {k: reservation[k] for k in task.records[record_id]} == task.records[record_id]
     assert set(airline.result_examples["get_user_details"]) <= set(user)
     assert user["user_id"] == task.user_id and user["reservations"] == list(task.records)
-    # a round trip through env.json keeps them; a tools.json target has none and answers as before
-    from tracerl.synthesis.target import Target
+    # a round trip through target.json keeps them; a tools.json target has none and answers as before
+    from tracerl.contracts import TargetFile
 
-    assert Target.from_json(airline.to_json()).result_examples == airline.result_examples
+    assert TargetFile.of(airline).target().result_examples == airline.result_examples
     assert retail.result_examples is None

@@ -95,7 +95,8 @@ def test_bad_config_value(base, tmp_path, capsys):
 
 
 def _env_dir(root, capability="precondition_verification", module_source=None):
-    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.contracts import EnvSpec
+    from tracerl.synthesis.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     spec = (EnvSpec(capability=capability, template=capability, target="airline") if module_source is None else

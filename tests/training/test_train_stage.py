@@ -10,12 +10,14 @@ from training_helpers import save_tiny_base
 
 from tracerl.cli import main
 from tracerl.config import RunConfig
-from tracerl.contracts import CapabilitiesFile, EnvIndex, EnvRecord, LabelerInfo, SelectionSettings, TrainRun, Totals
+from tracerl.contracts import (
+    CapabilitiesFile, EnvIndex, EnvRecord, EnvSpec, LabelerInfo, SelectionSettings, TrainRun, Totals,
+)
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_json, write_jsonl
 from tracerl.pipeline import Pipeline
 from tracerl.stages import fingerprint
-from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+from tracerl.synthesis.envdir import env_digest, write_env_dir
 from tracerl.synthesis.target import load_target
 
 CAP = "precondition_verification"
@@ -99,6 +101,9 @@ def test_the_command_and_the_pipeline_resume_and_refuse_alike(base, tmp_path, ca
         assert summary["resumed"] is False and steps(out) == 1
         assert TrainRun.read(out / "train_config.json").config["hint_fraction"] == 0.25
     assert TrainRun.read(cli.out / "train_config.json").config == TrainRun.read(run.out / "train_config.json").config
+    # both record the environment's content digest (the pipeline's env path is workspace-relative, the command's not)
+    digests = {TrainRun.read(out / "train_config.json").env_digest for out in (cli.out, run.out)}
+    assert digests == {env_digest(run.ws / "envs" / CAP)}
 
     # the same settings with a raised max_steps: a killed run is resumed and continues
     run.kill()
@@ -114,6 +119,11 @@ def test_the_command_and_the_pipeline_resume_and_refuse_alike(base, tmp_path, ca
                          (run.train(force=True, learning_rate=0.01), run.out)):
         assert summary["resumed"] is False and steps(out) == 1
         assert TrainRun.read(out / "train_config.json").config["learning_rate"] == 0.01
+    # the same settings on an environment whose content changed (same folder): refused, naming it
+    env_json = run.ws / "envs" / CAP / "env.json"
+    EnvSpec.read(env_json).model_copy(update={"difficulty": 2}).write(env_json)
+    error = cli.train(capsys, learning_rate=0.01)
+    assert "holds a run of other settings (env content)" in error, error
 
 
 def test_a_stage_that_finished_with_other_settings_is_replaced(base, tmp_path):

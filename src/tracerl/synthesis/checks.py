@@ -19,8 +19,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel
-
+from tracerl.contracts import CheckReport, CheckResult
 from tracerl.core.messages import Action, Message, ToolCall, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.base import Env
@@ -28,27 +27,6 @@ from tracerl.envs.base import Env
 DEFAULT_SEEDS = tuple(range(20))
 DO_NOTHING_TEXT = "I'm sorry, I cannot help with that. Goodbye."
 FINAL_TEXT = "All done. Is there anything else?"
-
-
-class CheckResult(BaseModel):
-    name: str
-    passed: bool
-    detail: str = ""
-
-
-class CheckReport(BaseModel):
-    checks: list[CheckResult]
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed for c in self.checks)
-
-    def get(self, name: str) -> CheckResult | None:
-        return next((c for c in self.checks if c.name == name), None)
-
-    def failures(self) -> str:
-        """One line per failed check: what to fix."""
-        return "\n".join(f"{c.name}: {c.detail}" for c in self.checks if not c.passed)
 
 
 def play(env: Env, seed: int, actions: Sequence[Action], *, options: dict[str, Any] | None = None,

@@ -3,13 +3,15 @@
     envs/<capability>/
       env.json          EnvSpec: capability, description, source ("template" | "llm"), template or
                         module, target name, difficulty, hint_fraction, max_turns
-      target.json       the target's name, prompt title and tool schemas (tools.json entries)
-      checks.json       the requirement checks it passed (see `tracerl.synthesis.checks`)
+      target.json       TargetFile: the target's name, prompt title and tool schemas (tools.json entries)
+      checks.json       CheckReport: the requirement checks it passed (see `tracerl.synthesis.checks`)
       calibration.json  written by calibration (see `tracerl.synthesis.calibration`)
       env.py            LLM-written environments only: a module defining `make_env(difficulty) -> Env`
 
 `load_env_dir(path)` returns a zero-argument factory of fresh `Env`s; the target is read from
-target.json, so the directory does not depend on where the original tools.json was.
+target.json, so the directory does not depend on where the original tools.json was. Each JSON file is
+read and written through its model in `tracerl.contracts`. `env_digest(path)` identifies the
+environment by the content of the files that define it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,9 @@ import hashlib
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
+from tracerl.contracts import CheckReport, EnvSpec, TargetFile
 from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error, read_json, write_json
 from tracerl.envs.base import Env
 from tracerl.synthesis.target import Target
 
@@ -32,56 +31,44 @@ TARGET_JSON = "target.json"
 CHECKS_JSON = "checks.json"
 CALIBRATION_JSON = "calibration.json"
 MODULE_PY = "env.py"
-
-
-class EnvSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    capability: str
-    description: str = ""
-    source: Literal["template", "llm"] = "template"
-    template: str | None = None  # a key of tracerl.synthesis.templates.TEMPLATES
-    module: str | None = None  # file in the directory defining make_env(difficulty)
-    target: str  # the target's name ("airline", "retail", …)
-    difficulty: int = 1
-    hint_fraction: float = 0.25  # share of a GRPO group sampled with the hint (TRACE: 0.25–0.5)
-    max_turns: int | None = None
+DEFINING = (ENV_JSON, TARGET_JSON)  # with the module, the files `load_env_dir` builds the environment from
 
 
 def load_env_spec(path: str | Path) -> EnvSpec:
-    file = Path(path) / ENV_JSON
-    try:
-        spec = EnvSpec.model_validate(read_json(file))
-    except ValidationError as e:
-        raise InputError(describe_validation_error(e), path=str(file)) from None
-    if (spec.template is None) == (spec.module is None):
-        raise InputError("exactly one of 'template' and 'module' must be set", path=str(file))
-    return spec
+    """The env.json of the environment directory `path`."""
+    return EnvSpec.read(Path(path) / ENV_JSON)
 
 
 def load_target_json(path: str | Path) -> Target:
-    file = Path(path) / TARGET_JSON
-    data = read_json(file)
-    try:
-        return Target.from_json(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise InputError(f"not a target description ({e})", path=str(file)) from None
+    """The target of the environment directory `path` (its target.json)."""
+    return TargetFile.read(Path(path) / TARGET_JSON).target()
 
 
-def write_env_dir(path: str | Path, spec: EnvSpec, target: Target, checks: dict | None = None,
+def write_env_dir(path: str | Path, spec: EnvSpec, target: Target, checks: CheckReport | None = None,
                   module_source: str | None = None) -> Path:
     """Write the directory (each file atomically); env.json last, so a directory with env.json is complete."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    write_json(path / TARGET_JSON, target.to_json())
+    TargetFile.of(target).write(path / TARGET_JSON)
     if module_source is not None:
         from tracerl.core.io import atomic_write_text
 
         atomic_write_text(path / (spec.module or MODULE_PY), module_source)
     if checks is not None:
-        write_json(path / CHECKS_JSON, checks)
-    write_json(path / ENV_JSON, spec.model_dump())
+        checks.write(path / CHECKS_JSON)
+    spec.write(path / ENV_JSON)
     return path
+
+
+def env_digest(path: str | Path) -> str:
+    """sha256 over the files that define the environment in directory `path` (env.json, target.json
+    and an LLM-written module), each as its name and content: equal digests, the same environment."""
+    path = Path(path)
+    spec = load_env_spec(path)
+    h = hashlib.sha256()
+    for name in DEFINING + ((spec.module,) if spec.module else ()):
+        h.update(name.encode() + b"\0" + hashlib.sha256((path / name).read_bytes()).digest())
+    return h.hexdigest()
 
 
 def load_env_dir(path: str | Path, difficulty: int | None = None) -> Callable[[], Env]:

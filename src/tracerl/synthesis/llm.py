@@ -17,7 +17,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from tracerl.core.io import atomic_write_text, write_json
+from tracerl.contracts import TargetFile
+from tracerl.core.io import atomic_write_text
 from tracerl.synthesis.envdir import MODULE_PY, TARGET_JSON
 from tracerl.synthesis.sandbox import SandboxLimits, SandboxResult, run_in_sandbox
 from tracerl.synthesis.target import Target
@@ -143,5 +144,5 @@ def check_module_source(code: str, target: Target, limits: SandboxLimits | None 
     with tempfile.TemporaryDirectory(prefix="tracerl-envgen-") as tmp:
         folder = Path(tmp)
         atomic_write_text(folder / MODULE_PY, code)
-        write_json(folder / TARGET_JSON, target.to_json())
+        TargetFile.of(target).write(folder / TARGET_JSON)
         return run_in_sandbox(folder, limits)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from tracerl.synthesis.checks import CheckReport
+from tracerl.contracts import CheckReport
 
 REPORT_MARKER = "TRACERL-SANDBOX-REPORT "
 

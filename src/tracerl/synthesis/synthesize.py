@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tracerl.contracts import Capability, CapabilityResult, EnvCalibration, EnvIndex, EnvRecord
+from tracerl.contracts import (
+    Capability, CapabilityResult, CheckReport, EnvCalibration, EnvIndex, EnvRecord, EnvSpec,
+)
 from tracerl.core.io import write_json
 from tracerl.core.policy import Policy
 from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult, calibrate
-from tracerl.synthesis.checks import DEFAULT_SEEDS, CheckReport, validate_env
+from tracerl.synthesis.checks import DEFAULT_SEEDS, validate_env
 from tracerl.synthesis.envdir import (
-    CALIBRATION_JSON, ENV_JSON, MODULE_PY, EnvSpec, load_env_dir, load_env_spec, write_env_dir,
+    CALIBRATION_JSON, ENV_JSON, MODULE_PY, load_env_dir, load_env_spec, write_env_dir,
 )
 from tracerl.synthesis.sandbox import SandboxLimits
 from tracerl.synthesis.target import Target
@@ -75,7 +77,7 @@ def synthesize_capability(
         spec = EnvSpec(capability=name, description=description or template.description, source="template",
                        template=template.capability, target=target.name, difficulty=difficulty,
                        hint_fraction=hint_fraction)
-        write_env_dir(env_dir, spec, target, checks=report.model_dump())
+        write_env_dir(env_dir, spec, target, checks=report)
         return SynthesisOutcome(name, "template", env_dir, report)
     if llm is None:
         why = "no built-in template for it" if generator == "template" else "generator 'llm' chosen"
@@ -94,7 +96,7 @@ def synthesize_capability(
     spec = EnvSpec(capability=name, description=description, source="llm", module=MODULE_PY, target=target.name,
                    difficulty=limits.difficulty, hint_fraction=hint_fraction)
     report = result.sandbox.report if result.sandbox else None
-    write_env_dir(env_dir, spec, target, checks=report.model_dump() if report else None, module_source=result.source)
+    write_env_dir(env_dir, spec, target, checks=report, module_source=result.source)
     return SynthesisOutcome(name, "llm", env_dir, report, rounds=len(result.rounds))
 
 
@@ -127,7 +129,7 @@ def calibrate_env_dir(
     )
     write_json(env_dir / CALIBRATION_JSON, result.model_dump(mode="json"))
     if result.difficulty != spec.difficulty:
-        write_json(env_dir / ENV_JSON, spec.model_copy(update={"difficulty": result.difficulty}).model_dump())
+        spec.model_copy(update={"difficulty": result.difficulty}).write(env_dir / ENV_JSON)
     return result
 
 

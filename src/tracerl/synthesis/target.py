@@ -43,30 +43,13 @@ class Target:
                 return t
         raise KeyError(name)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "source": self.source,
-            "preamble": list(self.preamble),
-            "closing": list(self.closing),
-            "value_examples": self.value_examples or {},
-            "result_examples": self.result_examples or {},
-            "tools": [{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools],
-        }
-
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Target:
-        return cls(
-            name=data["name"],
-            tools=tuple(ToolSchema.from_openai(t) for t in data["tools"]),
-            title=data["title"],
-            source=data.get("source", data["name"]),
-            preamble=tuple(data.get("preamble", ())),
-            closing=tuple(data.get("closing", ())),
-            value_examples=data.get("value_examples") or None,
-            result_examples=data.get("result_examples") or None,
-        )
+        """The target in target.json's content, checked by its contract (`tracerl.contracts.TargetFile`);
+        LLM-written environment modules read their target.json with it."""
+        from tracerl.contracts import TargetFile
+
+        return TargetFile.model_validate(data).target()
 
 
 def load_target(spec: str) -> Target:

@@ -89,6 +89,7 @@ def build_trainer(
     out: str | Path,
     *,
     env_source: str = "env",
+    env_digest: str | None = None,
     world: World = World(),
     init_adapter: str | Path | None = None,
     server_url: str | None = None,
@@ -97,7 +98,8 @@ def build_trainer(
     make_eval_env: Callable[[], Env] | None = None,
 ) -> GRPOTrainer:
     """Check every input, then assemble the trainer (rollouts local, or from `server_url`); held-out
-    evaluation plays `make_eval_env`'s environments (default: `make_env`'s)."""
+    evaluation plays `make_eval_env`'s environments (default: `make_env`'s). `env_source` and
+    `env_digest` (`synthesis.envdir.env_digest`) are recorded in train_config.json."""
     from tracerl.models.chat import ChatFormat
     from tracerl.models.local import LocalPolicy
 
@@ -125,7 +127,7 @@ def build_trainer(
         backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature)
         backend.served_dir = Path(out) / "served_adapters"
         backend.start()  # servers answer, serve a base model, report sampling log-probs: before any rollout
-    run_info = {"base": str(base), "env": env_source, "init_adapter": None if init_adapter is None else str(init_adapter),
+    run_info = {"base": str(base), "env": env_source, "env_digest": env_digest, "init_adapter": None if init_adapter is None else str(init_adapter),
                 "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
     return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info,
                        on_step=on_step, make_eval_env=make_eval_env)

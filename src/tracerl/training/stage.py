@@ -44,14 +44,17 @@ class TrainEnv:
     name: str  # shown in progress and summaries
     hint_fraction: float | None = None  # the environment's own; the config's wins when it sets one
     make_eval: Callable[[], Any] | None = None  # held-out evaluation (default: `make`)
+    digest: str | None = None  # a synthesized environment's content digest (train_config.json's env_digest)
 
     @classmethod
     def resolve(cls, spec: str | Path) -> TrainEnv:
         """A synthesized environment directory (validated) or a registered environment name."""
+        from tracerl.synthesis.envdir import env_digest
         from tracerl.training.run import resolve_env
 
         make, name, defaults = resolve_env(spec)
-        return cls(make, str(spec), name, defaults.get("hint_fraction"))
+        digest = env_digest(spec) if Path(spec).is_dir() else None
+        return cls(make, str(spec), name, defaults.get("hint_fraction"), digest=digest)
 
 
 class TrainSummary(BaseModel):
@@ -75,7 +78,7 @@ def resolve_config(config: TrainConfig, env: TrainEnv) -> TrainConfig:
 
 
 def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, force: bool,
-                world: World = World()) -> bool:
+                world: World = World(), env_digest: str | None = None) -> bool:
     """Whether the run in `out` is resumed (the module's rules); with `force`, rank 0 first deletes it."""
     from tracerl.training.trainer import run_changes
 
@@ -88,7 +91,10 @@ def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, f
         return False
     saved = out / "train_config.json"
     if saved.exists():
-        changes = run_changes(TrainRun.read(saved), config, base=str(base), env=env_source)
+        run = TrainRun.read(saved)
+        changes = run_changes(run, config, base=str(base), env=env_source)
+        if run.env_digest != env_digest:
+            changes.append("env content")
         if changes:
             raise InputError(f"holds a run of other settings ({', '.join(changes)}); only max_steps and max_rollouts "
                              "may change: force starts it over (tracerl train --force, tracerl run --force STAGE) "
@@ -118,10 +124,10 @@ def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *,
 
     out = Path(out)
     config = resolve_config(config, env)
-    resume = prepare_out(out, config, base=base, env_source=env.source, force=force, world=world)
-    trainer = build_trainer(config, base, env.make, out, env_source=env.source, world=world, init_adapter=init_adapter,
-                            server_url=server_url, served_model=served_model, on_step=on_step,
-                            make_eval_env=env.make_eval)
+    resume = prepare_out(out, config, base=base, env_source=env.source, force=force, world=world, env_digest=env.digest)
+    trainer = build_trainer(config, base, env.make, out, env_source=env.source, env_digest=env.digest, world=world,
+                            init_adapter=init_adapter, server_url=server_url, served_model=served_model,
+                            on_step=on_step, make_eval_env=env.make_eval)
     rows = trainer.train(resume=resume)
     evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
     return TrainSummary(
