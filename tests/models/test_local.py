@@ -182,3 +182,39 @@ def test_reused_kv_is_dropped_when_adapters_change(toy, tokenizer, tmp_path):
     s.messages.append(Message.user("Go on."))
     request = policy._request(s, policy.chat.prepare(s), 6)
     assert request.past is None  # stale: computed with other weights
+
+
+class RoutedPolicy(LocalPolicy):
+    """PEFT's per-row routing (`adapter_names`) for every batch: the reference for the plain forward."""
+
+    def _adapter_kwargs(self):
+        from tracerl.models.local import BASE
+
+        return lambda extras: {"adapter_names": [e if e is not None else BASE for e in extras]}
+
+
+def test_rows_all_on_the_active_adapter_skip_peft_routing(toy, tokenizer, tmp_path):
+    """A batch whose rows all use the active adapter runs PEFT's plain forward (no per-row routing):
+    the same episodes, token for token and log-prob for log-prob, as with routing; other batches route."""
+    a_dir = save_lora(toy, tokenizer, tmp_path / "a", seed=1)
+    b_dir = save_lora(toy, tokenizer, tmp_path / "b", seed=2)
+    played = {}
+    for cls in (LocalPolicy, RoutedPolicy):
+        policy = cls(toy.make_model(tokenizer), tokenizer, temperature=1.0, max_new_tokens=24, seed=4)
+        policy.load_adapter("a", a_dir)
+        policy.load_adapter("b", b_dir)
+        for engine in ("continuous", "lockstep"):
+            policy.engine = engine
+            played[cls, engine] = rollout(toy.StoreEnv, policy, [Episode(seed=s % 3, adapter="a") for s in range(6)],
+                                          batch_size=6)
+    kwargs = LocalPolicy(toy.make_model(tokenizer), tokenizer)
+    kwargs.load_adapter("a", a_dir)
+    kwargs.load_adapter("b", b_dir)
+    route = kwargs._adapter_kwargs()
+    assert route(["a", "a"]) == {}  # "a" is active (loaded first)
+    assert route(["b", "b"]) == {"adapter_names": ["b", "b"]} and route(["a", None])["adapter_names"][1] == "__base__"
+    for engine in ("continuous", "lockstep"):
+        for fast, routed in zip(played[LocalPolicy, engine], played[RoutedPolicy, engine], strict=True):
+            assert fast.tokens.ids == routed.tokens.ids and fast.tokens.mask == routed.tokens.mask
+            assert fast.tokens.logprobs == pytest.approx(routed.tokens.logprobs, abs=1e-6)
+    assert sum(sum(t.tokens.mask) for t in played[LocalPolicy, "continuous"]) > 6 * 10

@@ -243,7 +243,10 @@ class LocalPolicy:
             return None
 
         def kwargs(extras: list[Any]) -> dict[str, Any]:
-            return {"adapter_names": [e if e is not None else BASE for e in extras]}
+            names = [e if e is not None else BASE for e in extras]
+            if names and all(n == names[0] for n in names) and list(self.model.active_adapters) == names[:1]:
+                return {}  # every row on the active adapter: PEFT's plain forward, not its per-row routing
+            return {"adapter_names": names}
 
         return kwargs
 
