@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,7 @@ from tracerl.contracts import (
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.envs.collect import task_seeds
-from tracerl.evaluation.evaluate import play
+from tracerl.evaluation.stage import EvalVariant
 from tracerl.stages import Stage, View, is_complete, run_stage
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "eval", "report")
@@ -340,72 +340,53 @@ class StageFunctions:
                                    max_rollouts=self.trace_rollouts())
 
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
-        from contextlib import ExitStack
+        from tracerl.evaluation.stage import run_evaluate
 
-        from tracerl.evaluation.evaluate import summarize_variant
+        played = self.eval_variant(variant)
+        if played.composed is not None and c.model.server_url:
+            from tracerl.evaluation.served import LOCAL_NOTE
 
-        cfg = c.eval
+            self.console.print(f"[yellow]{LOCAL_NOTE.format(variant=variant, url=c.model.server_url)}[/]", highlight=False)
         make_env = self.target_env(c, "test")
-        seeds = task_seeds(make_env, "test", cfg.tasks)
-        with ExitStack() as stack:
-            policy, adapter, rollouts_used = self._eval_policy(c, variant, make_env, stack)
-            with _progress(self.console, f"eval {variant}", len(seeds) * cfg.trials) as bar:
-                trajectories = play(make_env, policy, seeds, trials=cfg.trials, adapter=adapter,
-                                    batch_size=c.rollout.batch_size, on_done=bar.advance)
         base_path = self.path("eval/base.json")
-        base = EvalResult.read(base_path) if variant != "base" and base_path.exists() else None
-        result = summarize_variant(variant, trajectories, rollouts_used=rollouts_used,
-                                   capabilities=[x.name for x in self.selected()], base=base,
-                                   bootstrap=cfg.bootstrap, seed=c.seed)
-        write_jsonl(self.path(f"eval/{eval_file_stem(variant)}.jsonl"), trajectories)
-        if c.target.env.startswith("tau2:"):  # τ²-bench's own results file too, for its tools (`tau2 view`)
-            from tracerl.envs.tau2_live import write_tau2_results
+        with _progress(self.console, f"eval {variant}", c.eval.tasks * c.eval.trials) as bar:
+            result = run_evaluate(played, make_env, c.eval, self.path("eval"), seed=c.seed, rollout=c.rollout,
+                                  make_policy=lambda temperature, adapters: self._eval_policy(c, make_env, temperature,
+                                                                                              adapters),
+                                  capabilities=[x.name for x in self.selected()],
+                                  base=EvalResult.read(base_path) if variant != "base" and base_path.exists() else None,
+                                  tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance)
+        return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used}
 
-            write_tau2_results(self.path(f"eval/tau2/{eval_file_stem(variant)}.json"), make_env(), trajectories,
-                               agent=variant)
-        result.write(self.path(f"eval/{eval_file_stem(variant)}.json"))
-        return {"pass1": result.pass1.mean, "rollouts_used": rollouts_used}
-
-    def _eval_policy(self, c: View, variant: str, make_env: Callable[[], Any],
-                     stack: Any) -> tuple[Any, str | None, int]:
-        """(policy, adapter name, rollouts the variant consumed) of one evaluated variant. With
-        `model.server_url`, its rollouts come from the servers, the adapter hot-swapped and checked
-        there (`tracerl.evaluation.served`); a composed variant is played in-process, with a note."""
-        from tracerl.evaluation.evaluate import WithSystemNote, capability_note
-        from tracerl.evaluation.served import LOCAL_NOTE, served_policy
-
-        cfg, server = c.eval, c.model.server_url
-        temperature = cfg.temperature if cfg.trials == 1 or cfg.temperature > 0 else 1.0  # k greedy trials would agree
+    def eval_variant(self, variant: str) -> EvalVariant:
+        """What plays as `variant` in this workspace, and the rollouts its training consumed."""
         if variant.startswith("trace_"):
-            from tracerl.composition.artifact import load_composed
-            from tracerl.composition.policy import ComposedPolicy
-
-            if server:
-                self.console.print(f"[yellow]{LOCAL_NOTE.format(variant=variant, url=server)}[/]", highlight=False)
             mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
-            policy = ComposedPolicy(load_composed(self.path(COMPOSED_DIRS[mode])), temperature=temperature, seed=c.seed,
-                                    max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
-            return policy, None, self.trace_rollouts()
-        adapters, rollouts_used = {}, 0
-        if variant == "grpo_target":
-            adapters = {"grpo_target": self.path("baselines/grpo_target")}
-            rollouts_used = read_metrics(self.path("baselines/grpo_target/metrics.jsonl"))[-1].rollouts_used
-        elif variant.startswith("adapter:"):
-            cap = variant.split(":", 1)[1]
-            adapters = {cap: self.path(f"adapters/{cap}")}
-            rollouts_used = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))[-1].rollouts_used
-        adapter = next(iter(adapters), None)
-        if server:
-            policy = stack.enter_context(served_policy(
-                server, c.model.base, make_env, adapter=(adapter, adapters[adapter]) if adapter else None,
-                temperature=temperature, seed=c.seed, max_new_tokens=c.rollout.max_new_tokens,
-                batch_size=c.rollout.batch_size, served_dir=self.path(".served_adapters"),
-                api_key=os.environ.get("OPENAI_API_KEY")))
-        else:
-            policy = self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters)
+            return EvalVariant(variant, composed=self.path(COMPOSED_DIRS[mode]), rollouts_used=self.trace_rollouts())
+        if variant == "grpo_target" or variant.startswith("adapter:"):
+            name = variant.split(":", 1)[-1]
+            folder = self.path("baselines/grpo_target" if variant == "grpo_target" else f"adapters/{name}")
+            return EvalVariant(variant, adapters={name: folder},
+                               rollouts_used=read_metrics(folder / "metrics.jsonl")[-1].rollouts_used)
         if variant == "prompt_capabilities":
-            policy = WithSystemNote(policy, capability_note(self.selected()))
-        return policy, adapter, rollouts_used
+            from tracerl.evaluation.evaluate import capability_note
+
+            return EvalVariant(variant, note=capability_note(self.selected()))
+        return EvalVariant(variant)
+
+    def _eval_policy(self, c: View, make_env: Callable[[], Any], temperature: float,
+                     adapters: dict[str, Path]) -> AbstractContextManager[Any]:
+        """The base policy with `adapters` loaded: in-process, or with `model.server_url` on the servers,
+        the adapter hot-swapped and checked there and unloaded after (`tracerl.evaluation.served`)."""
+        if not c.model.server_url:
+            return nullcontext(self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters))
+        from tracerl.evaluation.served import served_policy
+
+        adapter = next(iter(adapters), None)
+        return served_policy(c.model.server_url, c.model.base, make_env,
+                             adapter=(adapter, adapters[adapter]) if adapter else None, temperature=temperature,
+                             seed=c.seed, max_new_tokens=c.rollout.max_new_tokens, batch_size=c.rollout.batch_size,
+                             served_dir=self.path(".served_adapters"), api_key=os.environ.get("OPENAI_API_KEY"))
 
     def report(self, c: View) -> dict[str, Any]:
         from tracerl.evaluation.report import build_report

@@ -7,6 +7,7 @@ one `EvalConfig` (the run config's `eval:` section).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,34 +47,35 @@ class EvalVariant:
 
 
 def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: EvalConfig, out_dir: Path, *,
-                 seed: int, rollout: RolloutSettings, make_policy: Callable[[float, dict[str, Path]], Policy],
+                 seed: int, rollout: RolloutSettings,
+                 make_policy: Callable[[float, dict[str, Path]], AbstractContextManager[Policy]],
                  capabilities: list[str], base: EvalResult | None = None, tau2_results: bool = False,
                  on_done: Callable[[Trajectory], None] | None = None) -> EvalResult:
     """Play `variant` on the first `config.tasks` tasks of `make_env`'s split, `config.trials` times
-    each, and write its files into `out_dir`. `make_policy(temperature, adapters)` builds the base
-    policy with `adapters` loaded; `capabilities` are the selected ones (failures are counted by them);
-    `base` is the base variant's result, for the paired difference."""
+    each, and write its files into `out_dir`. `make_policy(temperature, adapters)` is a context holding
+    the base policy with `adapters` loaded (local, or on servers); `capabilities` are the selected ones
+    (failures are counted by them); `base` is the base variant's result, for the paired difference."""
     from tracerl.envs.collect import task_seeds
     from tracerl.evaluation.evaluate import WithSystemNote, play, summarize_variant
 
-    if len(variant.adapters) > 1:
-        raise ValueError(f"variant {variant.name}: one adapter plays, got {sorted(variant.adapters)}")
+    if len(variant.adapters) > 1 or (variant.composed is not None and (variant.adapters or variant.note)):
+        raise ValueError(f"variant {variant.name}: a composed model, or the base with at most one adapter")
     temperature = config.sampling_temperature()
-    adapter = None
-    if variant.composed is not None:
-        from tracerl.composition.artifact import load_composed
-        from tracerl.composition.policy import ComposedPolicy
+    adapter = next(iter(variant.adapters), None)
+    with ExitStack() as stack:
+        if variant.composed is not None:
+            from tracerl.composition.artifact import load_composed
+            from tracerl.composition.policy import ComposedPolicy
 
-        policy: Any = ComposedPolicy(load_composed(variant.composed), temperature=temperature, seed=seed,
-                                     max_new_tokens=rollout.max_new_tokens, max_batch_size=rollout.batch_size)
-    else:
-        adapter = next(iter(variant.adapters), None)
-        policy = make_policy(temperature, variant.adapters)
-        if variant.note is not None:
-            policy = WithSystemNote(policy, variant.note)
-    seeds = task_seeds(make_env, "test", config.tasks)
-    trajectories = play(make_env, policy, seeds, trials=config.trials, adapter=adapter, batch_size=rollout.batch_size,
-                        on_done=on_done)
+            policy: Any = ComposedPolicy(load_composed(variant.composed), temperature=temperature, seed=seed,
+                                         max_new_tokens=rollout.max_new_tokens, max_batch_size=rollout.batch_size)
+        else:
+            policy = stack.enter_context(make_policy(temperature, variant.adapters))
+            if variant.note is not None:
+                policy = WithSystemNote(policy, variant.note)
+        seeds = task_seeds(make_env, "test", config.tasks)
+        trajectories = play(make_env, policy, seeds, trials=config.trials, adapter=adapter,
+                            batch_size=rollout.batch_size, on_done=on_done)
     result = summarize_variant(variant.name, trajectories, rollouts_used=variant.rollouts_used,
                                capabilities=capabilities, base=base, bootstrap=config.bootstrap, seed=seed)
     stem = eval_file_stem(variant.name)
