@@ -33,6 +33,7 @@ visible situation instead.
 
 from __future__ import annotations
 
+import copy
 import math
 import platform
 import random
@@ -89,6 +90,7 @@ class AgentRecipe(BaseModel):
 def sft_example(chat: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int]]:
     """(ids, mask) of a demonstration, built exactly as a model's episode record is: each assistant
     turn is the tokenizer's encoding of the template's rendering of the message (mask 1)."""
+    chat = _prefix_memo(chat)
     session = Session(messages=[], tools=trajectory.tools)
     index = 0
     messages = trajectory.messages
@@ -111,6 +113,24 @@ def sft_example(chat: ChatFormat, trajectory: Trajectory) -> tuple[list[int], li
             index += 1
     assert session.tokens is not None
     return list(session.tokens.ids), list(session.tokens.mask)
+
+
+def _prefix_memo(chat: ChatFormat) -> ChatFormat:
+    """`chat` rendering each prefix of one conversation once: every list `sft_example` renders is a
+    prefix of the same messages with the same tools, so (length, generation prompt) names it, and
+    each prefix is rendered twice otherwise (by `prepare` and for the turn's body) — half the
+    templating of a build."""
+    memo = copy.copy(chat)
+    rendered: dict[tuple[int, bool], str] = {}
+
+    def render(messages, tools, add_generation_prompt):
+        key = (len(messages), add_generation_prompt)
+        if key not in rendered:
+            rendered[key] = ChatFormat.render(chat, messages, tools, add_generation_prompt)
+        return rendered[key]
+
+    memo.render = render
+    return memo
 
 
 def id_drills(trajectory: Trajectory) -> list[Trajectory]:
