@@ -271,7 +271,7 @@ train: {num_generations: 4, groups_per_step: 2, max_steps: 2, eval_steps: 2, eva
         learning_rate: 0.02, lora: {r: 4, lora_alpha: 8}}
 compose: {modes: [moe], episodes_per_capability: 4, gate: {max_steps: 2}}
 baselines: {grpo_target: false, prompt_capabilities: false, single_adapters: true}
-eval: {tasks: 8, bootstrap: 50}
+eval: {tasks: 8, bootstrap: 100}
 """
 
 

@@ -16,7 +16,7 @@ vLLM server can load: they are evaluated in-process, and the stage prints `LOCAL
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +52,16 @@ def served_policy(server_url: str, base: str, make_env: Callable[[], Env], *, ad
     check = ServedCheck(model, probe_prompts(make_env, ChatFormat(tokenizer)), temperature if temperature > 0 else 1.0)
     backend = ServerBackend(server_url, tokenizer, adapter[0] if adapter else "", temperature=temperature,
                             max_new_tokens=max_new_tokens, api_key=api_key, max_concurrency=batch_size, check=check)
-    backend.start()  # every server answers, serves the base, reports sampling log-probs
-    if adapter is None:
-        backend.adapter = check.base_model(backend.control, 0)
-    else:
-        backend.served_dir = served_dir
-        backend.after_step(adapter[1])  # hot-swap on every server, then served = local (adapter on)
     try:
+        backend.start()  # every server answers, serves the base, reports sampling log-probs
+        if adapter is None:
+            backend.adapter = check.base_model(backend.control, 0)
+        else:
+            backend.served_dir = served_dir
+            backend.after_step(adapter[1])  # hot-swap on every server, then served = local (adapter on)
         yield backend.policy(greedy=temperature == 0, seed=seed)
-    finally:
-        backend.close()
+    except BaseException:
+        with suppress(Exception):  # also after a failed check; the error raised is the first one
+            backend.close()
+        raise
+    backend.close()  # the servers keep no adapter of ours

@@ -101,6 +101,7 @@ class ServerBackend:
             try:
                 self.control.swap_adapter(self.adapter, str(path), server=server)
             except RemotePolicyError as e:
+                shutil.rmtree(path, ignore_errors=True)
                 raise InputError(f"{url}: cannot load the adapter at runtime ({str(e).splitlines()[0][:300]}); start "
                                  "the server with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") from None
         if self._served is not None:
