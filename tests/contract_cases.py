@@ -32,8 +32,8 @@ def capabilities_file(path: Path, selected: list[str], unselected: list[str] = (
 def samples() -> dict:
     """One instance of each contract file, as its stage would write it (small, made-up figures)."""
     from tracerl.contracts import (
-        AdapterRef, Capability, CapabilitiesFile, CheckReport, CheckResult, CompositionSpec, EnvCalibration, EnvIndex,
-        EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
+        AdapterRef, CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats, Capability, CapabilitiesFile,
+        CheckReport, CheckResult, CompositionSpec, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
         TrainRun,
     )
     from tracerl.evaluation.stats import Interval
@@ -55,6 +55,9 @@ def samples() -> dict:
         slots=["base", "tool_call_precision"], gate_parameters=10,
         routing_accuracy=RoutingAccuracy(overall=1.0, per_capability={"tool_call_precision": 1.0}, num_prompts=2,
                                          method="per-token majority of the gates"))
+    stats = CalibrationStats(groups=2, group_size=2, mean_reward=0.25, success_rate=0.0, reward_std=0.25,
+                             mean_group_std=0.25, all_success=0.0, all_zero=0.5, constant=0.5, informative=0.5,
+                             pass_at_k={"1": 0.0})
     return {
         "capabilities.json": caps,
         "envs/index.json": EnvIndex(target="airline", generator="template", environments=[
@@ -67,6 +70,11 @@ def samples() -> dict:
         "envs/tool_call_precision/checks.json": CheckReport(checks=[
             CheckResult(name="oracle", passed=True, detail="oracle scores 1.0 on 20 seeds"),
             CheckResult(name="hints", passed=False, detail="seed 3: info['_hint'] is empty")]),
+        "envs/tool_call_precision/calibration.json": CalibrationResult(
+            accepted=False, difficulty=0, stats=stats, rounds=[CalibrationRound(difficulty=0, stats=stats, accepted=False,
+                                                                                reasons=["success rate 0.000 outside [0.2, 0.6]"])],
+            stop_reason="too hard", bands=CalibrationBands(), policy="tiny-agent", seeds=[0, 1], group_size=2,
+            settings={"temperature": 0.7}),
         "adapters/tool_call_precision/train_config.json": TrainRun(
             config={"learning_rate": 1e-5}, base="tiny-agent", env="envs/tool_call_precision", env_digest="0" * 64,
             rollouts="local"),
@@ -98,8 +106,8 @@ def check_workspace(ws: Path) -> dict[str, int]:
     """Read every inter-stage file of a pipeline workspace through its contract; fail on a JSON file
     that has none. Returns how many files each contract read."""
     from tracerl.contracts import (
-        CapabilitiesFile, CheckReport, CompositionSpec, EnvIndex, EnvSpec, EvalResult, GateData, ReportSummary,
-        TargetFile, TrainRun, read_calibration, read_metrics,
+        CalibrationResult, CapabilitiesFile, CheckReport, CompositionSpec, EnvIndex, EnvSpec, EvalResult, GateData,
+        ReportSummary, TargetFile, TrainRun, read_metrics,
     )
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
@@ -108,7 +116,7 @@ def check_workspace(ws: Path) -> dict[str, int]:
         ("rollouts/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("capabilities.json", CapabilitiesFile.read),
         ("envs/index.json", EnvIndex.read),
-        ("envs/*/calibration.json", read_calibration),
+        ("envs/*/calibration.json", CalibrationResult.read),
         ("envs/*/env.json", EnvSpec.read),
         ("envs/*/target.json", TargetFile.read),
         ("envs/*/checks.json", CheckReport.read),

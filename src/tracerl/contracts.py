@@ -6,7 +6,7 @@
       envs/<c>/env.json                    EnvSpec (the directory: `synthesis.envdir`)
       envs/<c>/target.json                 TargetFile (the in-memory `synthesis.target.Target`)
       envs/<c>/checks.json                 CheckReport
-      envs/<c>/calibration.json            CalibrationResult (`synthesis.calibration`)
+      envs/<c>/calibration.json            CalibrationResult (`synthesis.calibration` computes it)
     adapters/<c>/train_config.json         TrainRun — step 3, `tracerl train`
     adapters/<c>/metrics.jsonl             MetricsRow, one per line
     gate_data/summary.json                 GateData — step 4 (the pipeline)
@@ -31,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, describe_validation_error, read_json, read_jsonl
 from tracerl.evaluation.stats import Interval
-from tracerl.synthesis.calibration import CalibrationResult
 from tracerl.synthesis.target import Target
 
 C = TypeVar("C", bound="Contract")
@@ -268,7 +267,7 @@ class CheckReport(Contract):
 
 
 class EnvCalibration(Record):
-    """calibration.json's outcome in short (the file itself: `read_calibration`)."""
+    """calibration.json's outcome in short (the file itself: `CalibrationResult`)."""
 
     accepted: bool = Field(description="Within TRACE's bands at `difficulty`.")
     difficulty: int = Field(description="The accepted difficulty, or the last one tried.")
@@ -456,12 +455,53 @@ def eval_file_stem(variant: str) -> str:
 # ----------------------------------------------------------------------------- calibration (step 2)
 
 
-def read_calibration(path: str | Path) -> CalibrationResult:
-    """envs/<c>/calibration.json, written by `synthesis.synthesize.calibrate_env_dir`."""
-    try:
-        return CalibrationResult.model_validate(read_json(path))
-    except ValidationError as e:
-        raise InputError(describe_validation_error(e), path=str(path)) from None
+class CalibrationBands(Record):
+    """TRACE's acceptance bands (every one configurable)."""
+
+    mean_reward: tuple[float, float] = (0.2, 0.6)
+    success_rate: tuple[float, float] = (0.2, 0.6)
+    min_reward_std: float = 0.05
+    max_all_success: float = 0.2
+    max_all_zero: float = 0.2
+    max_constant: float = 0.5
+    min_informative: float = 0.5
+
+
+class CalibrationStats(Record):
+    groups: int
+    group_size: int
+    mean_reward: float
+    success_rate: float
+    reward_std: float  # population std over all rollouts
+    mean_group_std: float  # mean over groups of the within-group population std
+    all_success: float  # share of groups where every sample succeeded
+    all_zero: float  # share of groups where every reward is 0
+    constant: float  # share of groups whose rewards are all equal (includes the two above)
+    informative: float  # 1 − constant: groups that carry a GRPO signal
+    pass_at_k: dict[str, float] = Field(default_factory=dict)  # "1", "4", …: k ≤ group size only
+
+
+class CalibrationRound(Record):
+    difficulty: int
+    stats: CalibrationStats
+    accepted: bool
+    reasons: list[str]
+
+
+class CalibrationResult(Contract):
+    """envs/<c>/calibration.json: the base policy's figures on the environment, round by round
+    (computed by `synthesis.calibration.calibrate`)."""
+
+    accepted: bool
+    difficulty: int  # the accepted difficulty, or the last one tried
+    stats: CalibrationStats  # of that difficulty
+    rounds: list[CalibrationRound]
+    stop_reason: str
+    bands: CalibrationBands
+    policy: str
+    seeds: list[int]
+    group_size: int
+    settings: dict[str, Any] = Field(default_factory=dict)  # e.g. temperature
 
 
 # ----------------------------------------------------------------------------- report

@@ -36,8 +36,7 @@ from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem,
-    read_calibration, read_metrics,
+    CalibrationResult, CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem, read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
@@ -177,7 +176,7 @@ class Pipeline:
         path = self.path(f"envs/{capability}/calibration.json")
         if not path.exists():
             return  # not calibrated (synthesize.calibrate: false): nothing rejected it
-        result = read_calibration(path)
+        result = CalibrationResult.read(path)
         if result.accepted:
             return
         final = next((r for r in reversed(result.rounds) if r.difficulty == result.difficulty), None)

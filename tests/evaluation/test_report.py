@@ -14,8 +14,8 @@ import pytest
 
 from tracerl.cli import main
 from tracerl.contracts import (
-    AdapterRef, CapabilitiesFile, Capability, CapabilityResult, CompositionSpec, EvalResult, FailedExample, ReportSummary,
-    RoutingAccuracy,
+    AdapterRef, CalibrationBands, CalibrationResult, CapabilitiesFile, Capability, CapabilityResult, CompositionSpec,
+    EvalResult, FailedExample, ReportSummary, RoutingAccuracy,
 )
 from tracerl.core.io import read_json, write_json, write_jsonl
 from tracerl.core.messages import Message, ToolCall
@@ -24,7 +24,6 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.report_data import load_report_data, pick_examples
 from tracerl.evaluation.report_html import render_html
 from tracerl.evaluation.stats import bootstrap_mean, paired_difference
-from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult
 
 CAPABILITIES = ["precondition_verification", "structured_data_reasoning", "tool_calling_precision"]
 TASKS = [f"test_{i}" for i in range(1, 13)]

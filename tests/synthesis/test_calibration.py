@@ -5,10 +5,10 @@ from fractions import Fraction
 
 import pytest
 
-from tracerl.contracts import EnvSpec
+from tracerl.contracts import CalibrationBands, CalibrationStats, EnvSpec
 from tracerl.core.io import read_json
 from tracerl.synthesis.calibration import (
-    CalibrationBands, CalibrationStats, calibrate, group_stats, judge, pass_at_k, rollout_groups,
+    calibrate, group_stats, judge, pass_at_k, rollout_groups,
 )
 from tracerl.synthesis.envdir import load_env_dir, load_env_spec, write_env_dir
 from tracerl.synthesis.scripted import NoisyOraclePolicy

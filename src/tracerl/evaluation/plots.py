@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from tracerl.contracts import CapabilitiesFile, EvalResult
 from tracerl.evaluation.report_data import TrainingCurve
-from tracerl.synthesis.calibration import CalibrationResult
+from tracerl.contracts import CalibrationResult
 
 COLORS = {
     "base": "#868e96",

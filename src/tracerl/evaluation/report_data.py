@@ -17,15 +17,14 @@ import yaml
 from pydantic import BaseModel, Field
 
 from tracerl.contracts import (
-    CapabilitiesFile, CompositionSpec, EvalResult, Example as ExampleSummary, Headline, HeadlineEntry, MetricsRow,
-    Outcome, ReportSummary, RolloutCount, SampleEfficiency, TrainingFinal, TrainingSummary, eval_file_stem,
-    read_calibration, read_metrics,
+    CalibrationResult, CapabilitiesFile, CompositionSpec, EvalResult, Example as ExampleSummary, Headline, HeadlineEntry,
+    MetricsRow, Outcome, ReportSummary, RolloutCount, SampleEfficiency, TrainingFinal, TrainingSummary, eval_file_stem,
+    read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.stats import Interval, paired_difference
-from tracerl.synthesis.calibration import CalibrationResult
 
 # Display order of the evaluation variants; `adapter:<capability>` ones go after the baselines.
 VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "adapter:", "trace_router", "trace_moe")
@@ -180,7 +179,7 @@ def _read_capabilities(ws: Path, data: ReportData) -> None:
 
 def _read_calibration(ws: Path, data: ReportData) -> None:
     for path in sorted((ws / "envs").glob("*/calibration.json")):
-        data.calibration[path.parent.name] = read_calibration(path)
+        data.calibration[path.parent.name] = CalibrationResult.read(path)
     if not data.calibration:
         data.missing["calibration"] = "no envs/<capability>/calibration.json: the synthesize stage has not run yet."
 

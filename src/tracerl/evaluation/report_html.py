@@ -14,7 +14,7 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.contracts import CapabilityResult, EvalResult
 from tracerl.evaluation.report_data import ReportData, TrainingCurve
 from tracerl.evaluation.stats import Interval
-from tracerl.synthesis.calibration import CalibrationResult
+from tracerl.contracts import CalibrationResult
 
 TEXT_LIMIT = 600  # characters of a message shown before "… (+N characters)"
 ARGS_LIMIT = 300

@@ -15,8 +15,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from tracerl.contracts import CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats
 from tracerl.core.policy import Policy
 from tracerl.envs.base import Env
 from tracerl.envs.runner import Episode, passed, rollout
@@ -32,36 +31,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-class CalibrationBands(BaseModel):
-    """TRACE's acceptance bands (every one configurable)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    mean_reward: tuple[float, float] = (0.2, 0.6)
-    success_rate: tuple[float, float] = (0.2, 0.6)
-    min_reward_std: float = 0.05
-    max_all_success: float = 0.2
-    max_all_zero: float = 0.2
-    max_constant: float = 0.5
-    min_informative: float = 0.5
-
-
-class CalibrationStats(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    groups: int
-    group_size: int
-    mean_reward: float
-    success_rate: float
-    reward_std: float  # population std over all rollouts
-    mean_group_std: float  # mean over groups of the within-group population std
-    all_success: float  # share of groups where every sample succeeded
-    all_zero: float  # share of groups where every reward is 0
-    constant: float  # share of groups whose rewards are all equal (includes the two above)
-    informative: float  # 1 − constant: groups that carry a GRPO signal
-    pass_at_k: dict[str, float] = Field(default_factory=dict)  # "1", "4", …: k ≤ group size only
 
 
 def group_stats(groups: Sequence[Sequence[float]], ks: Sequence[int] = PASS_AT_K) -> CalibrationStats:
@@ -126,28 +95,6 @@ def judge(stats: CalibrationStats, bands: CalibrationBands) -> tuple[bool, list[
     else:
         direction = 0
     return False, reasons, direction
-
-
-class CalibrationRound(BaseModel):
-    difficulty: int
-    stats: CalibrationStats
-    accepted: bool
-    reasons: list[str]
-
-
-class CalibrationResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    accepted: bool
-    difficulty: int  # the accepted difficulty, or the last one tried
-    stats: CalibrationStats  # of that difficulty
-    rounds: list[CalibrationRound]
-    stop_reason: str
-    bands: CalibrationBands
-    policy: str
-    seeds: list[int]
-    group_size: int
-    settings: dict[str, Any] = Field(default_factory=dict)  # e.g. temperature
 
 
 def rollout_groups(make_env: Callable[[], Env], policy: Policy, seeds: Sequence[int], group_size: int,

@@ -46,7 +46,7 @@ def load_bands(path: Optional[Path]):
     from pydantic import ValidationError
 
     from tracerl.core.io import describe_validation_error, read_json
-    from tracerl.synthesis.calibration import CalibrationBands
+    from tracerl.contracts import CalibrationBands
 
     if path is None:
         return CalibrationBands()

@@ -12,10 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracerl.contracts import CapabilitiesFile, EnvIndex
+from tracerl.contracts import CalibrationBands, CalibrationResult, CapabilitiesFile, EnvIndex
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
-from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult
 from tracerl.synthesis.target import Target
 
 

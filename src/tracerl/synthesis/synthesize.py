@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tracerl.contracts import (
-    Capability, CapabilityResult, CheckReport, EnvCalibration, EnvIndex, EnvRecord, EnvSpec,
+    CalibrationBands, CalibrationResult, Capability, CapabilityResult, CheckReport, EnvCalibration, EnvIndex, EnvRecord,
+    EnvSpec,
 )
-from tracerl.core.io import write_json
 from tracerl.core.policy import Policy
-from tracerl.synthesis.calibration import CalibrationBands, CalibrationResult, calibrate
+from tracerl.synthesis.calibration import calibrate
 from tracerl.synthesis.checks import DEFAULT_SEEDS, validate_env
 from tracerl.synthesis.envdir import (
     CALIBRATION_JSON, ENV_JSON, MODULE_PY, load_env_dir, load_env_spec, write_env_dir,
@@ -127,7 +127,7 @@ def calibrate_env_dir(
         settings=settings,
         on_done=on_done,
     )
-    write_json(env_dir / CALIBRATION_JSON, result.model_dump(mode="json"))
+    result.write(env_dir / CALIBRATION_JSON)
     if result.difficulty != spec.difficulty:
         spec.model_copy(update={"difficulty": result.difficulty}).write(env_dir / ENV_JSON)
     return result
