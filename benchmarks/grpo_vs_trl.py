@@ -4,6 +4,8 @@ Same tiny Qwen3 (random init, saved once), same tokenizer and chat template, sam
 (“Write the letter X.”; reward = 4 × share of X among the completion's characters, capped at 1),
 same settings: LoRA r 8 / alpha 16 on all seven projections, 4 prompts × 8 generations per step,
 16 new tokens at temperature 1, lr 2e-3, β 0, loss_type grpo, scale_rewards group, one thread.
+Each step is timed in wall seconds and in this process's CPU seconds (on a loaded machine the CPU
+figure moves less with the load; the load average before and after each trainer is reported).
 
     pip install -e '.[trl]'
     python benchmarks/grpo_vs_trl.py [--steps 6] [--warmup 1]
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -70,7 +73,8 @@ def build_base(directory: Path) -> str:
     return str(directory)
 
 
-def run_tracerl(base: str, steps: int, out: Path) -> list[float]:
+def run_tracerl(base: str, steps: int, out: Path) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds) of each step."""
     from tracerl.training.config import TrainConfig
     from tracerl.training.run import build_trainer
 
@@ -78,15 +82,18 @@ def run_tracerl(base: str, steps: int, out: Path) -> list[float]:
                       rollout={"max_new_tokens": NEW_TOKENS}, eval_episodes=0, max_resample_tries=1, loss_type="grpo",
                       per_device_train_batch_size=GROUPS * GENERATIONS, save_steps=steps, seed=0,
                       lora={"r": 8, "lora_alpha": 16})
-    trainer = build_trainer(cfg, base, SingleTurnLetterEnv, out)
+    cpu = [time.process_time()]
+    trainer = build_trainer(cfg, base, SingleTurnLetterEnv, out, on_step=lambda row: cpu.append(time.process_time()))
+    cpu[0] = time.process_time()
     rows = trainer.train()
     steps = [r for r in rows if r["step"] > 0]
     print("tracerl rollout / update seconds per step:",
           [(r["rollout_seconds"], r["update_seconds"]) for r in steps])
-    return [r["seconds"] for r in steps]
+    return [r["seconds"] for r in steps], [b - a for a, b in zip(cpu, cpu[1:])]
 
 
-def run_trl(base: str, steps: int, out: Path) -> list[float]:
+def run_trl(base: str, steps: int, out: Path) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds) of each step."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -101,13 +108,15 @@ def run_trl(base: str, steps: int, out: Path) -> list[float]:
         return [letter_reward(c[0]["content"], x) for c, x in zip(completions, letter, strict=True)]
 
     times: list[float] = []
+    cpu: list[float] = []
 
     class Clock(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):
             times.append(time.perf_counter() - self.t0)
+            cpu.append(time.process_time() - self.c0)
 
     args = GRPOConfig(
         output_dir=str(out), per_device_train_batch_size=GROUPS * GENERATIONS, num_generations=GENERATIONS,
@@ -121,7 +130,7 @@ def run_trl(base: str, steps: int, out: Path) -> list[float]:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=Dataset.from_list(rows),
                           processing_class=tok, peft_config=peft, callbacks=[Clock()])
     trainer.train()
-    return times
+    return times, cpu
 
 
 def main() -> None:
@@ -139,15 +148,20 @@ def main() -> None:
         params = count_parameters(tiny_qwen3(tiny_qwen3_config(320, hidden_size=64, num_hidden_layers=2)))
         results = {}
         for name, fn in (("tracerl", run_tracerl), ("trl", run_trl)):
-            times = fn(base, args.steps, tmp / name)[args.warmup:]
+            load = os.getloadavg()[0]
+            times, cpu = (x[args.warmup:] for x in fn(base, args.steps, tmp / name))
             step = statistics.median(times)
             results[name] = {"step_s_median": round(step, 4), "step_s_all": [round(t, 4) for t in times],
-                             "rollouts_per_s": round(GROUPS * GENERATIONS / step, 1)}
+                             "rollouts_per_s": round(GROUPS * GENERATIONS / step, 1),
+                             "step_cpu_s_median": round(statistics.median(cpu), 4),
+                             "step_cpu_s_all": [round(t, 4) for t in cpu],
+                             "load_average": [round(load, 2), round(os.getloadavg()[0], 2)]}
     report = {
         "task": "single-turn letters", "params": params, "groups": GROUPS, "generations": GENERATIONS,
         "new_tokens": NEW_TOKENS, "steps_timed": args.steps - args.warmup, "threads": 1,
         "torch": torch.__version__, "trl_version": trl.__version__, "python": platform.python_version(),
         **results, "trl_over_tracerl_step_time": round(results["trl"]["step_s_median"] / results["tracerl"]["step_s_median"], 2),
+        "trl_over_tracerl_step_cpu": round(results["trl"]["step_cpu_s_median"] / results["tracerl"]["step_cpu_s_median"], 2),
     }
     text = json.dumps(report, indent=2)
     print(text)
