@@ -7,7 +7,9 @@
    2,100 + i, which the drills now cover), the model's greedy next-token prediction on each
    token of the user id in the first `get_user_details` call and of the opening's reservation id
    in the first `get_reservation_details` call — "k/n" per position, so a model that finds the
-   first token but not the rest (or the reverse) shows it.
+   first token but not the rest (or the reverse) shows it; and of the reservation id of the first
+   write call, where the agent writes it in the confirmation sentence before the call and in the
+   call itself.
    Then the same on the user id with words appended to the user's "My user id is …." message: a
    model that finds the id by its content is unaffected; one that copies from a fixed distance
    back is not.
@@ -58,6 +60,63 @@ def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
                 hits[kind][k][0] += p == g
                 hits[kind][k][1] += 1
     return {kind: [f"{a}/{b}" for _, (a, b) in sorted(per.items())] for kind, per in hits.items()}
+
+
+def teacher_forced_write(model, tokenizer, demos) -> dict[str, dict[str, object]]:
+    """Teacher-forced, the reservation id of the first write call that names one, where the agent
+    writes it: in the confirmation sentence before the write ("I will cancel reservation …") and in
+    the write call itself. Per token position "k/n", and the share of whole ids right."""
+    from tracerl.models.build_agent import sft_example
+    from tracerl.models.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    hits: dict[str, dict[int, list[int]]] = {"confirmation": defaultdict(lambda: [0, 0]), "write call": defaultdict(lambda: [0, 0])}
+    whole = {kind: [0, 0] for kind in hits}
+    for trajectory in demos:
+        kinds = {tool.name: tool.kind for tool in trajectory.tools}
+        messages = trajectory.messages
+        write = next(((i, args["reservation_id"]) for i, m in enumerate(messages) if m.role == "assistant"
+                      for call in (m.tool_calls or []) if kinds.get(call.function.name) == "write"
+                      for args in [call.parsed_arguments() or {}] if "reservation_id" in args), None)
+        if write is None:
+            continue
+        k, value = write
+        said = [i for i in range(k) if messages[i].role == "assistant" and value in (messages[i].content or "")]
+        for kind, index in (("confirmation", said[-1] if said else None), ("write call", k)):
+            if index is None:
+                continue
+            ids, mask = sft_example(chat, trajectory.model_copy(update={"messages": messages[: index + 1]}))
+            span = _last_turn_span(tokenizer, ids, mask, value)
+            if span is None:
+                continue
+            first, last = span
+            with torch.no_grad():
+                predicted = model(torch.tensor([ids[:last]])).logits[0, first - 1:last - 1].argmax(-1).tolist()
+            right = [p == g for p, g in zip(predicted, ids[first:last], strict=True)]
+            for position, ok in enumerate(right):
+                hits[kind][position][0] += ok
+                hits[kind][position][1] += 1
+            whole[kind][0] += all(right)
+            whole[kind][1] += 1
+    return {kind: {"per_token": [f"{a}/{b}" for _, (a, b) in sorted(hits[kind].items())],
+                   "whole_id": f"{whole[kind][0]}/{whole[kind][1]}"} for kind in hits}
+
+
+def _last_turn_span(tokenizer, ids: list[int], mask: list[int], value: str) -> tuple[int, int] | None:
+    """[first, last) token positions of the last occurrence of `value` in the final assistant turn."""
+    start = len(mask)
+    while start > 0 and mask[start - 1]:
+        start -= 1
+    ends, text = [], ""
+    for position in range(start, len(ids)):
+        text = tokenizer.decode(ids[start:position + 1])
+        ends.append(len(text))
+    at = text.rfind(value)
+    if at < 0:
+        return None
+    first = start + next(i for i, end in enumerate(ends) if end > at)
+    last = start + next(i for i, end in enumerate(ends) if end >= at + len(value)) + 1
+    return first, last
 
 
 def with_words_after_user_id(demos, words: str = " Thank you very much for your help today."):
@@ -194,7 +253,8 @@ def main() -> None:
     demos = collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.demos))
     result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos),
               "teacher_forced_user_id_with_words_after_it": teacher_forced(
-                  model, tokenizer, with_words_after_user_id(demos))["user_id"]}
+                  model, tokenizer, with_words_after_user_id(demos))["user_id"],
+              "teacher_forced_reservation_id_of_the_first_write": teacher_forced_write(model, tokenizer, demos)}
     if args.rollouts:
         from tracerl.envs.loading import load_rollouts
 
