@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def builtin_env_dirs(root: Path, difficulty: int) -> list[Path]:
-    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.contracts import EnvSpec
+    from tracerl.synthesis.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
     from tracerl.synthesis.templates import TEMPLATES
 
