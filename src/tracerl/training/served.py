@@ -3,7 +3,7 @@
 GRPO with rollouts from a server is only right if the server samples from the weights being trained
 and reports the log-probs of the distribution it sampled from. Nothing in the OpenAI API says so,
 so the trainer measures it. The probe is a fixed conversation — the environment's first task
-(seed 0) and a fixed assistant reply — cut at `PROBE_CUTS` points; at each, the server's `TOP` most
+(`env.task_seeds(1)`: seed 0, or a split's first seed) and a fixed assistant reply — cut at `PROBE_CUTS` points; at each, the server's `TOP` most
 likely next tokens and their log-probs (`/v1/completions`, `max_tokens=1`, `logprobs=TOP`) are
 compared with the trainer's own `log_softmax(logits / T)` at those tokens.
 
@@ -43,7 +43,7 @@ class ServedPolicyMismatch(InputError):
 def probe_prompts(make_env: Callable[[], Env], chat: Any) -> list[list[int]]:
     """Prefixes of a fixed conversation: the first task's prompt, then `PROBE_CUTS` − 1 cuts into a fixed reply."""
     env = make_env()
-    messages, _ = env.reset(seed=0)
+    messages, _ = env.reset(seed=env.task_seeds(1)[0])  # an evaluation's test split has no seed 0
     prompt = chat.prompt_ids(messages, env.tools)
     reply = chat.encode(PROBE_REPLY)
     cuts = [round(k * len(reply) / (PROBE_CUTS - 1)) for k in range(PROBE_CUTS - 1)] + [len(reply)]
