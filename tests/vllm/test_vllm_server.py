@@ -263,15 +263,15 @@ def test_episodes_in_flight_equal_rounds_of_act(vllm_server):
 EVAL_RUN = """
 seed: 0
 model: {base: tiny-agent}
-rollout: {max_new_tokens: 96, batch_size: 32}
-collect: {tasks: 32}
+rollout: {max_new_tokens: 64, batch_size: 32}
+collect: {tasks: 16}
 select: {runs: 2, bootstrap: 50, max_selected: 1}
 synthesize: {calibrate: false}
-train: {num_generations: 4, groups_per_step: 2, max_steps: 2, eval_steps: 2, eval_episodes: 0, max_resample_tries: 1,
+train: {num_generations: 4, groups_per_step: 1, max_steps: 1, eval_steps: 1, eval_episodes: 0, max_resample_tries: 1,
         learning_rate: 0.02, lora: {r: 4, lora_alpha: 8}}
-compose: {modes: [moe], episodes_per_capability: 4, gate: {max_steps: 2}}
+compose: {modes: [moe], episodes_per_capability: 2, gate: {max_steps: 2}}
 baselines: {grpo_target: false, prompt_capabilities: false, single_adapters: true}
-eval: {tasks: 8, bootstrap: 100}
+eval: {tasks: 4, bootstrap: 100}
 """
 
 
