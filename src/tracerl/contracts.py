@@ -452,6 +452,10 @@ def eval_file_stem(variant: str) -> str:
     return variant.replace(":", "-")
 
 
+# A composition mode's evaluated variant; in this order, the first one evaluated is "TRACE" in the report's headline.
+TRACE_VARIANTS = {"moe": "trace_moe", "router": "trace_router", "merge": "trace_merge"}
+
+
 # ----------------------------------------------------------------------------- calibration (step 2)
 
 

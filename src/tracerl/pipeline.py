@@ -36,7 +36,8 @@ from rich.console import Console
 
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    CalibrationResult, CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem, read_metrics,
+    TRACE_VARIANTS, CalibrationResult, CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem,
+    read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
@@ -45,7 +46,6 @@ from tracerl.evaluation.stage import EvalVariant
 from tracerl.stages import Stage, View, is_complete, run_stage
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "eval", "report")
-TRACE_VARIANTS = {"moe": "trace_moe", "router": "trace_router", "merge": "trace_merge"}
 COMPOSED_DIRS = {"moe": "composed", "router": "composed_router", "merge": "composed_merge"}
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {

@@ -371,6 +371,17 @@ def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
     assert summary["examples"]  # drawn from trace_router.jsonl
 
 
+def test_a_merge_composition_is_trace_when_it_is_the_only_one(tmp_path):
+    ws = make_workspace(tmp_path)
+    merged = read_json(ws / "eval" / "trace_router.json")
+    write_json(ws / "eval" / "trace_merge.json", {**merged, "variant": "trace_merge"})
+    for name in ("trace_moe.json", "trace_router.json"):
+        (ws / "eval" / name).unlink()
+    summary = summary_of(ws)
+    assert summary["headline"]["trace"]["variant"] == "trace_merge"
+    assert list(summary["evaluation"])[-1] == "trace_merge"
+
+
 def _rename_in_capabilities(ws: Path) -> None:
     doc = read_json(ws / "capabilities.json")
     doc["capabilities"][0]["cov_ci"] = doc["capabilities"][0].pop("cov_ci95")
