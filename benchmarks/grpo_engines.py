@@ -61,7 +61,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.contracts import EnvSpec
+    from tracerl.synthesis.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     report: dict = {"steps": args.steps, "threads": 1, "torch": torch.__version__, "environments": {}}

@@ -109,7 +109,8 @@ def precondition_env(root: Path) -> Path:
     partial credit (read, decision, outcome), so a group of 8 samples is rarely constant. The
     airline target's own reward is pass/fail, and with 2 groups of 8 both steps' groups were all
     constant (0 informative groups, 2026-12-01)."""
-    from tracerl.synthesis.envdir import EnvSpec, write_env_dir
+    from tracerl.contracts import EnvSpec
+    from tracerl.synthesis.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     cap = "precondition_verification"

@@ -91,10 +91,7 @@ def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, f
         return False
     saved = out / "train_config.json"
     if saved.exists():
-        run = TrainRun.read(saved)
-        changes = run_changes(run, config, base=str(base), env=env_source)
-        if run.env_digest != env_digest:
-            changes.append("env content")
+        changes = run_changes(TrainRun.read(saved), config, base=str(base), env=env_source, env_digest=env_digest)
         if changes:
             raise InputError(f"holds a run of other settings ({', '.join(changes)}); only max_steps and max_rollouts "
                              "may change: force starts it over (tracerl train --force, tracerl run --force STAGE) "

@@ -83,14 +83,15 @@ class StepSample:
     rounds: int = 0
 
 
-def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str) -> list[str]:
+def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str, env_digest: str | None) -> list[str]:
     """What differs between a saved run and one about to resume it: config fields (but the stopping
-    rules max_steps and max_rollouts), then 'base' and 'env'."""
+    rules max_steps and max_rollouts), then 'base', 'env' and 'env content' (its digest)."""
     free = {"max_steps", "max_rollouts"}
     before = {k: v for k, v in saved.config.items() if k not in free}
     now = {k: v for k, v in config.model_dump().items() if k not in free}
     changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
-    return changed + [k for k, v in (("base", base), ("env", env)) if getattr(saved, k) != v]
+    changed += [k for k, v in (("base", base), ("env", env)) if getattr(saved, k) != v]
+    return changed + (["env content"] if saved.env_digest != env_digest else [])
 
 
 class GRPOTrainer:
@@ -167,11 +168,12 @@ class GRPOTrainer:
         return self.metrics
 
     def _check_same_run(self) -> None:
-        """A resumed run must be the same run: same config (the stopping rules may change), base and env."""
+        """A resumed run must be the same run: same config (the stopping rules may change), base and env (and its content)."""
         saved_path = self.out / "train_config.json"
         if not saved_path.exists():
             return
-        changed = run_changes(TrainRun.read(saved_path), self.cfg, base=self.run_info["base"], env=self.run_info["env"])
+        changed = run_changes(TrainRun.read(saved_path), self.cfg, base=self.run_info["base"], env=self.run_info["env"],
+                              env_digest=self.run_info.get("env_digest"))
         if changed:
             raise InputError(f"resuming with different settings ({', '.join(changed)}); "
                              "only max_steps and max_rollouts may change", path=str(saved_path))
