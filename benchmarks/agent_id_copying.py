@@ -20,7 +20,9 @@
    the payment method the user asked for, for that reservation. Also the share of first
    `get_user_details` calls whose user id is exact, and of the read and of the write calls, the
    share whose every id was copied from an earlier user or tool message (`copied_ids`, which
-   also counts an id copied from the wrong request).
+   also counts an id copied from the wrong request). Per write tool (`write_ids`), whether its
+   reservation id is one asked about for that kind of change, for another request, or for none,
+   and whether its payment id is the one asked for.
 """
 
 from __future__ import annotations
@@ -198,6 +200,33 @@ def _named(task, requested, tool: str, ids: dict) -> bool:
     return True
 
 
+def write_ids(trajectories) -> dict[str, dict[str, int]]:
+    """Per write tool, where its reservation id comes from: a reservation the user asked about for
+    that kind of change (`this_request`), one asked about for another kind (`other_request`: the
+    wrong request or the wrong tool), or none the user asked about (`not_requested`: a copy error);
+    and of the calls that pass a payment id, how many pass the method asked for on the reservation
+    (`payment_asked` of `payment_calls`). Built-in airline rollouts only."""
+    from tracerl.envs.airline import generate_task
+
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for t in trajectories:
+        requested = {s.reservation_id: s for s in generate_task(t.seed).subtasks}
+        for m in t.messages:
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                args = call.parsed_arguments() or {}
+                if call.function.name not in WRITE_KINDS or "reservation_id" not in args:
+                    continue
+                row, sub = counts[call.function.name], requested.get(args["reservation_id"])
+                row["calls"] += 1
+                row["not_requested" if sub is None else
+                    "this_request" if sub.kind == WRITE_KINDS[call.function.name] else "other_request"] += 1
+                if "payment_id" in args:
+                    row["payment_calls"] += 1
+                    asked = set() if sub is None else {a.arguments.get("payment_id") for a in (sub.writes or sub.anyway_writes)}
+                    row["payment_asked"] += args["payment_id"] in asked
+    return {tool: dict(row) for tool, row in sorted(counts.items())}
+
+
 def free_generation_reservations(trajectories) -> dict:
     counts = defaultdict(int)
     for t in trajectories:
@@ -262,6 +291,7 @@ def main() -> None:
         result["free_generation_user_id"] = free_generation(rollouts)
         result["free_generation_reservation_id"] = free_generation_reservations(rollouts)
         result["named_ids_per_tool"] = named_ids(rollouts)
+        result["write_ids"] = write_ids(rollouts)
     print(json.dumps(result, indent=2))
 
 
