@@ -216,17 +216,3 @@ def test_communicate_check_matches_whole_words():
     assert mentions("The refund is $280.", "280") and mentions("You get 1,280 dollars back", "1280")
     assert mentions("REFUND: 280", "280")
     assert not mentions("Use gift_card_2801.", "280") and not mentions("You pay 1280 dollars", "280")
-
-
-def test_confirmations_before_a_write_name_no_reservation_id():
-    """The oracle states the action and the amount without restating the reservation's id: the write
-    call copies the id from the record it read, the one place it is spelled (built-in agent design)."""
-    from tracerl.envs.registry import make_env, make_policy
-    from tracerl.envs.runner import Episode, rollout
-
-    trajectories = rollout(lambda: make_env("airline", split="train"), make_policy("oracle"),
-                           [Episode(seed=s) for s in range(40)])
-    confirmations = [m.content for t in trajectories for m in t.messages
-                     if m.role == "assistant" and m.content and "Do you confirm?" in m.content]
-    assert len(confirmations) >= 20
-    assert all("this reservation" in c and not RESERVATION_ID.search(c) for c in confirmations)

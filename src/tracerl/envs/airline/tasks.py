@@ -324,11 +324,11 @@ class _Builder:
                            writes=[], communicate=[], reasoning_args=[],
                            say=f"Sorry, I cannot cancel reservation {rid}: {rule}.",
                            anyway_reads=[], anyway_writes=[write],
-                           anyway_say="I will cancel this reservation. Do you confirm?")
+                           anyway_say=f"I will cancel reservation {rid}. Do you confirm?")
         n = len(reservation.passengers)
         wrong = _wrong_number(amount, [reservation.payment_history[0].amount if len(reservation.payment_history) > 1 else 0,
                                        amount // n if n > 1 else 0, amount - 30 * n])
-        say = "I will cancel this reservation. The refund is {amount} dollars. Do you confirm?"
+        say = "I will cancel reservation {rid}. The refund is {amount} dollars. Do you confirm?"
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                        writes=[write], communicate=[str(amount)], reasoning_args=[],
                        say=say.format(rid=rid, amount=amount),
@@ -368,7 +368,7 @@ class _Builder:
             keep = "".join(f" and keep flight {k['flight_number']} on {k['date']}" for k in kept)
             money = (f"You pay {diff} dollars more with {payment_id}." if diff > 0
                      else f"You get {-diff} dollars back to {payment_id}.")
-            return (f"I will change this reservation to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. "
+            return (f"I will change reservation {rid} to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. "
                     f"{money} Do you confirm?"), diff
 
         need = {"any": "", "after": " departing after 12:00", "before": " departing before 12:00"}[constraint]
@@ -428,7 +428,7 @@ class _Builder:
                 "reservation_id": rid, "total_baggages": total, "nonfree_baggages": nonfree, "payment_id": payment_id})
 
         def say(total: int, nonfree: int) -> str:
-            return (f"I will set this reservation to {total} bags, {nonfree} of them paid. "
+            return (f"I will set reservation {rid} to {total} bags, {nonfree} of them paid. "
                     f"You pay {nonfree * BAG_FEE} dollars with {payment_id}. Do you confirm?")
 
         bag_words = "1 checked bag" if added == 1 else f"{added} checked bags"
@@ -468,7 +468,7 @@ class _Builder:
             return Action(name="send_certificate", arguments={"user_id": user.user_id, "amount": value})
 
         def say(value: int) -> str:
-            return f"I will send you a certificate of {value} dollars for this reservation. Do you confirm?"
+            return f"I will send you a certificate of {value} dollars for reservation {rid}. Do you confirm?"
 
         request = f"get compensation for the cancelled flight in reservation {rid}"
         if not allowed:
