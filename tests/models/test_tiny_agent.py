@@ -58,3 +58,22 @@ def test_it_plays_the_airline_opening_greedily(agent):
     [call] = policy.act([session])
     assert call.tool_calls and call.tool_calls[0].name == "get_user_details"
     assert session.state.parse_errors == []
+
+
+def test_an_adapter_of_the_embedded_agent_records_its_alias_not_this_checkouts_path(tmp_path):
+    """An adapter trained here composes, loads and serves in any other installation of tracerl."""
+    from peft import LoraConfig, get_peft_model
+
+    from tracerl.composition.adapters import same_base
+    from tracerl.models.local import load_model
+
+    for reference in ("tiny-agent", str(TINY_AGENT_DIR)):
+        model, _ = load_model(reference, device="cpu")
+        out = tmp_path / reference.replace("/", "_")
+        get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(out, save_embedding_layers=False)
+        recorded = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+        assert recorded == "tiny-agent"
+        loaded, _ = load_model(out, device="cpu")
+        assert type(loaded).__name__ == "PeftModel"
+    assert same_base("tiny-agent", str(TINY_AGENT_DIR))
+    assert not same_base("tiny-agent", str(tmp_path / "another_model"))

@@ -32,6 +32,7 @@ give the same episodes. Log-probs follow `logprobs_mode` (see `tracerl.models.ge
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,8 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             tokenizer = AutoTokenizer.from_pretrained(path)
+            if is_embedded_agent(path):  # adapters record the alias, not this checkout's path
+                model.name_or_path = model.config.name_or_path = EMBEDDED_AGENT
     except (OSError, ValueError, KeyError) as e:
         raise InputError(f"cannot load a causal LM from '{path_or_name}': {str(e).splitlines()[0]}") from None
     model.to(device)
@@ -79,13 +82,23 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     return model, tokenizer
 
 
+EMBEDDED_AGENT = "tiny-agent"
+
+
 def resolve_model_path(path_or_name: str | Path) -> str:
     """The embedded agent's directory for "tiny-agent"/"tiny"; otherwise the argument unchanged."""
-    if str(path_or_name) in ("tiny-agent", "tiny", "tiny_agent"):
+    if str(path_or_name) in (EMBEDDED_AGENT, "tiny", "tiny_agent"):
         from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
         return str(TINY_AGENT_DIR)
     return str(path_or_name)
+
+
+def is_embedded_agent(path: str | Path) -> bool:
+    """Whether `path` is the embedded agent's directory in this installation."""
+    from tracerl.models.tiny_agent import TINY_AGENT_DIR
+
+    return os.path.realpath(path) == os.path.realpath(TINY_AGENT_DIR)
 
 
 class LocalPolicy:

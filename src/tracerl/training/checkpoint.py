@@ -67,11 +67,14 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def save_adapter(model, directory: str | Path) -> None:
-    """Save the PEFT adapter into `directory`, replacing its files one by one atomically."""
+    """Save the PEFT adapter into `directory`, replacing its files one by one atomically.
+
+    LoRA adapts linears only and the base's vocabulary is never resized, so no embedding layer is
+    saved; PEFT's "auto" would look the base up (on the Hub for an alias such as "tiny-agent")."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".adapter.", dir=directory) as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, save_embedding_layers=False)
         for f in sorted(Path(tmp).iterdir()):
             if f.is_file():
                 os.replace(f, directory / f.name)
@@ -83,7 +86,7 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
     if len(metrics) != state.metrics_rows:
         raise ValueError(f"{len(metrics)} metrics rows for a state that counts {state.metrics_rows}")
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=out))
-    model.save_pretrained(tmp / "adapter")
+    model.save_pretrained(tmp / "adapter", save_embedding_layers=False)
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     for rank, rng in enumerate(rank_rng):
         torch.save(rng, tmp / f"rng-rank{rank}.pt")

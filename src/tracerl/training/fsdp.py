@@ -155,8 +155,8 @@ class FullState:
             opt["state"] = {i: {k: full_tensor(v) for k, v in values.items()} for i, values in opt["state"].items()}
         return cls(model, adapter, opt)
 
-    def save_pretrained(self, directory: str | Path) -> None:
-        self.model.save_pretrained(str(directory), state_dict=self.adapter_state)
+    def save_pretrained(self, directory: str | Path, **options: Any) -> None:
+        self.model.save_pretrained(str(directory), state_dict=self.adapter_state, **options)
 
     def state_dict(self) -> dict[str, Any]:
         assert self.optimizer_state is not None
