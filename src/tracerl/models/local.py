@@ -46,6 +46,7 @@ from tracerl.models.chat import ChatFormat, ChatState
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
 
 BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
+EMBEDDED_AGENT = "tiny-agent"  # the name adapters of the embedded agent record as their base
 
 
 def load_model(path_or_name: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
@@ -80,9 +81,6 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     model.to(device)
     model.eval()
     return model, tokenizer
-
-
-EMBEDDED_AGENT = "tiny-agent"
 
 
 def resolve_model_path(path_or_name: str | Path) -> str:
