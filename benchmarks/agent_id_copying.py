@@ -195,9 +195,13 @@ def _named(task, requested, tool: str, ids: dict) -> bool:
     if sub is None or WRITE_KINDS.get(tool, sub.kind) != sub.kind:
         return False
     if "payment_id" in ids:
-        asked = {a.arguments.get("payment_id") for a in (sub.writes or sub.anyway_writes)}
-        return ids["payment_id"] in asked
+        return ids["payment_id"] in _asked_payments(sub)
     return True
+
+
+def _asked_payments(sub) -> set:
+    """The payment ids the reference writes for a request (empty for no request)."""
+    return set() if sub is None else {a.arguments.get("payment_id") for a in (sub.writes or sub.anyway_writes)}
 
 
 def write_ids(trajectories) -> dict[str, dict[str, int]]:
@@ -222,8 +226,7 @@ def write_ids(trajectories) -> dict[str, dict[str, int]]:
                     "this_request" if sub.kind == WRITE_KINDS[call.function.name] else "other_request"] += 1
                 if "payment_id" in args:
                     row["payment_calls"] += 1
-                    asked = set() if sub is None else {a.arguments.get("payment_id") for a in (sub.writes or sub.anyway_writes)}
-                    row["payment_asked"] += args["payment_id"] in asked
+                    row["payment_asked"] += args["payment_id"] in _asked_payments(sub)
     return {tool: dict(row) for tool, row in sorted(counts.items())}
 
 
