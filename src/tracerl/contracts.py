@@ -545,6 +545,8 @@ class Headline(Record):
     prompt_capabilities: HeadlineEntry | None
     trace_vs_grpo_target: Interval | None = Field(description="Paired difference over tasks, TRACE − GRPO-on-target.")
     routing_accuracy: float | None
+    answer: str | None = Field(None, description="Does TRACE help here, by how much, at what budget: one sentence "
+                               "(`tracerl.evaluation.report_data.answer`); None before TRACE and base are evaluated.")
 
 
 class SampleEfficiency(Record):

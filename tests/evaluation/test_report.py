@@ -15,15 +15,15 @@ import pytest
 from tracerl.cli import main
 from tracerl.contracts import (
     AdapterRef, CalibrationBands, CalibrationResult, CapabilitiesFile, Capability, CapabilityResult, CompositionSpec,
-    EvalResult, FailedExample, ReportSummary, RoutingAccuracy,
+    EvalResult, FailedExample, Headline, HeadlineEntry, ReportSummary, RoutingAccuracy,
 )
 from tracerl.core.io import read_json, write_json, write_jsonl
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.report_data import load_report_data, pick_examples
+from tracerl.evaluation.report_data import answer, load_report_data, pick_examples
 from tracerl.evaluation.report_html import render_html
-from tracerl.evaluation.stats import bootstrap_mean, paired_difference
+from tracerl.evaluation.stats import Interval, bootstrap_mean, paired_difference
 
 CAPABILITIES = ["precondition_verification", "structured_data_reasoning", "tool_calling_precision"]
 TASKS = [f"test_{i}" for i in range(1, 13)]
@@ -228,6 +228,10 @@ def test_report_of_a_complete_workspace(built):
     assert headline["trace"]["variant"] == "trace_moe"
     # TRACE passes test_2 and test_10 that GRPO fails; GRPO passes nothing TRACE fails: 2 of 12 tasks.
     assert headline["trace_vs_grpo_target"]["mean"] == pytest.approx(2 / 12)
+    assert headline["answer"].startswith("Does TRACE help here? ")
+    assert "TRACE (moe) passes 58.3% of the held-out tasks, the base agent 33.3% (+25.0 points, 95% CI [" in headline["answer"]
+    html = (ws / "report" / "index.html").read_text()
+    assert html.index('class="answer"') < html.index('id="headline"')  # the page opens with the answer
     # Base fails and TRACE passes test_2, test_10, test_11: the first two in natural order are shown.
     assert [e["task_id"] for e in summary["examples"]] == ["test_2", "test_10"]
     assert all(not e["base"]["passed"] and e["trace"]["passed"] for e in summary["examples"])
@@ -255,6 +259,35 @@ def test_report_of_a_complete_workspace(built):
         assert text in page, text
     assert "Not available yet" not in page
     assert "budget differs" not in page  # TRACE and GRPO-on-target both used 2,120 rollouts
+
+
+def _entry(variant: str, mean: float, diff: tuple[float, float, float] | None, rollouts: int) -> HeadlineEntry:
+    return HeadlineEntry(variant=variant, pass1=Interval(mean=mean, low=mean - 0.05, high=mean + 0.05),
+                         diff_vs_base=None if diff is None else Interval(mean=diff[0], low=diff[1], high=diff[2]),
+                         rollouts_used=rollouts)
+
+
+@pytest.mark.parametrize("diff, vs_grpo, grpo_rollouts, expected", [
+    ((0.15, 0.08, 0.22), (0.06, 0.01, 0.11), 900,
+     "Does TRACE help here? Yes: TRACE (moe) passes 40.0% of the held-out tasks, the base agent 25.0% (+15.0 points, "
+     "95% CI [+8.0, +22.0]); better than GRPO on the target at 34.0% (+6.0 points, 95% CI [+1.0, +11.0]); both with "
+     "900 training rollouts."),
+    ((0.01, -0.03, 0.05), (-0.005, -0.04, 0.03), 1200,
+     "Does TRACE help here? Not shown: TRACE (moe) passes 26.0% of the held-out tasks, the base agent 25.0% (+1.0 "
+     "points, 95% CI [-3.0, +5.0]); no different from GRPO on the target at 26.5% (-0.5 points, 95% CI [-4.0, +3.0]); "
+     "TRACE used 900 training rollouts, GRPO 1,200."),
+    ((-0.1, -0.16, -0.04), None, None,
+     "Does TRACE help here? No, it does worse: TRACE (moe) passes 15.0% of the held-out tasks, the base agent 25.0% "
+     "(-10.0 points, 95% CI [-16.0, -4.0]), with 900 training rollouts."),
+])
+def test_the_answer_reads_the_paired_intervals(diff, vs_grpo, grpo_rollouts, expected):
+    trace = _entry("trace_moe", 0.25 + diff[0], diff, 900)
+    grpo = None if vs_grpo is None else _entry("grpo_target", 0.25 + diff[0] - vs_grpo[0], None, grpo_rollouts)
+    headline = Headline(trace=trace, base=_entry("base", 0.25, None, 0), grpo_target=grpo, prompt_capabilities=None,
+                        trace_vs_grpo_target=None if vs_grpo is None else Interval(mean=vs_grpo[0], low=vs_grpo[1], high=vs_grpo[2]),
+                        routing_accuracy=None)
+    assert answer(headline) == expected
+    assert answer(headline.model_copy(update={"trace": None})) is None
 
 
 def test_sample_efficiency_derived_from_variants_and_grpo_metrics(built):

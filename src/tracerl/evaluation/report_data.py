@@ -110,15 +110,50 @@ class ReportData(BaseModel):
             return HeadlineEntry(variant=e.variant, pass1=e.pass1, diff_vs_base=e.diff_vs_base,
                                  rollouts_used=e.rollouts_used)
 
-        return Headline(trace=entry(self.trace_variant), base=entry("base"), grpo_target=entry("grpo_target"),
-                        prompt_capabilities=entry("prompt_capabilities"), trace_vs_grpo_target=self.trace_vs_grpo,
-                        routing_accuracy=self.routing_accuracy)
+        headline = Headline(trace=entry(self.trace_variant), base=entry("base"), grpo_target=entry("grpo_target"),
+                            prompt_capabilities=entry("prompt_capabilities"), trace_vs_grpo_target=self.trace_vs_grpo,
+                            routing_accuracy=self.routing_accuracy)
+        headline.answer = answer(headline)
+        return headline
 
     def _all_curves(self) -> dict[str, TrainingCurve]:
         curves = dict(self.training)
         if self.grpo_training is not None:
             curves["grpo_target"] = self.grpo_training
         return curves
+
+
+def answer(headline: Headline) -> str | None:
+    """Does TRACE help here, by how much, at what budget — from the paired differences' 95% intervals.
+
+    "Yes" when TRACE − base excludes 0 from below, "No" when it includes 0 or lies below it; the
+    comparison with GRPO on the target (same rollouts, counted the same way) follows when it was run.
+    """
+    trace, base = headline.trace, headline.base
+    if trace is None or base is None or trace.diff_vs_base is None:
+        return None
+    d = trace.diff_vs_base
+    verdict = "Yes" if d.low > 0 else "No, it does worse" if d.high < 0 else "Not shown"
+    name = trace.variant.replace("trace_", "")
+    text = (f"Does TRACE help here? {verdict}: TRACE ({name}) passes {_pct(trace.pass1.mean)} of the held-out tasks, "
+            f"the base agent {_pct(base.pass1.mean)} ({_points(d)})")
+    g = headline.trace_vs_grpo_target
+    if headline.grpo_target is not None and g is not None:
+        than = "better than" if g.low > 0 else "worse than" if g.high < 0 else "no different from"
+        text += (f"; {than} GRPO on the target at {_pct(headline.grpo_target.pass1.mean)} ({_points(g)})")
+        if headline.grpo_target.rollouts_used != trace.rollouts_used:
+            return text + (f"; TRACE used {trace.rollouts_used:,} training rollouts, GRPO "
+                           f"{headline.grpo_target.rollouts_used:,}.")
+        return text + f"; both with {trace.rollouts_used:,} training rollouts."
+    return text + f", with {trace.rollouts_used:,} training rollouts."
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def _points(i: Interval) -> str:
+    return f"{100 * i.mean:+.1f} points, 95% CI [{100 * i.low:+.1f}, {100 * i.high:+.1f}]"
 
 
 # ----------------------------------------------------------------------------- reading

@@ -29,6 +29,7 @@ main { max-width:1180px; margin:0 auto; padding:28px 28px 60px; }
 header h1 { margin:0; font-size:28px; letter-spacing:-.5px; }
 header h1 span { color:var(--accent); }
 header p { margin:4px 0 0; color:var(--soft); }
+header p.answer { color:inherit; font-size:17px; margin:8px 0; }
 nav { margin:16px 0 8px; display:flex; flex-wrap:wrap; gap:6px; }
 nav a { color:var(--soft); text-decoration:none; font-size:13px; padding:3px 10px; border:1px solid var(--line);
         border-radius:14px; background:#fff; }
@@ -192,7 +193,9 @@ def _header(data: ReportData) -> str:
     if data.capabilities:
         sel = [c.name for c in data.capabilities.capabilities if c.selected]
         parts.append(f"{len(sel)} of {len(data.capabilities.capabilities)} candidate capabilities selected")
-    return (f'<header id="top"><h1>TRACE <span>report</span></h1><p>{" · ".join(parts)}</p></header>')
+    answer = data.headline().answer
+    lead = f'<p class="answer">{esc(answer)}</p>' if answer else ""
+    return f'<header id="top"><h1>TRACE <span>report</span></h1>{lead}<p>{" · ".join(parts)}</p></header>'
 
 
 def _card(label: str, big: str, lines: list[str], *, trace: bool = False) -> str:
