@@ -44,9 +44,11 @@ def main() -> None:
     ap.add_argument("--lm-loss-coef", type=float, default=1.0, help="gate training: weight of the LM loss")
     ap.add_argument("--gate-lr", type=float, default=1e-2, help="gate training: learning rate")
     ap.add_argument("--gate-lr-scheduler", default="linear", help="gate training: linear | cosine | constant")
+    ap.add_argument("--gate-seeds", type=int, nargs="*", default=[0],
+                    help="moe: train the gates once per seed (minibatch order) and report each")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--all-rollouts", action="store_true", help="train the gates on failed rollouts too (smoke runs)")
+    ap.add_argument("--all-rollouts", action="store_true", help="the gates' LM loss on failed rollouts too (the label loss takes every rollout's opening anyway)")
     ap.add_argument("--stand-in-adapters", type=float, default=None, metavar="SCALE",
                     help="routing only: random LoRA adapters (A, B ~ N(0, SCALE²)) in place of trained ones, for capabilities without one")
     ap.add_argument("--threads", type=int, default=1)
@@ -112,15 +114,17 @@ def main() -> None:
     print(json.dumps(results["success"], indent=1), flush=True)
     del sampler, greedy, model
 
-    for mode in args.modes:
-        out = args.out / mode
+    runs = [(m, s) for m in args.modes for s in (args.gate_seeds if m == "moe" else [0])]
+    for mode, seed in runs:
+        label = mode if len(args.gate_seeds) == 1 or mode != "moe" else f"moe seed {seed}"
+        out = args.out / label.replace(" ", "-")
         options = ComposeOptions(mode=mode, capabilities=capabilities, trajectories=[str(args.out / "rollouts.jsonl")],
                                  heldout_fraction=0.0,
-                                 # untrained stand-ins rarely succeed: routing-only runs train the gates on every rollout
-                                 successful_only=not (args.all_rollouts or args.stand_in_adapters is not None), gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
+                                 # untrained stand-ins rarely succeed: routing-only runs take the LM loss on every rollout
+                                 lm_on_all=args.all_rollouts or args.stand_in_adapters is not None, gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
                                                                           label_loss_coef=args.label_loss_coef, lm_loss_coef=args.lm_loss_coef,
                                                                           learning_rate=args.gate_lr, lr_scheduler_type=args.gate_lr_scheduler,
-                                                                          logging_steps=max(1, args.max_steps // 10)))
+                                                                          logging_steps=max(1, args.max_steps // 10), seed=seed))
         spec = build_composition(adapter_dirs, args.base, out, options, on_gate_log=lambda r: print(f"  gates {r}", flush=True))
         composed = load_composed(out, device="cpu")
         composition = composed.tracerl_composition
@@ -128,15 +132,15 @@ def main() -> None:
         spec.routing_accuracy = RoutingAccuracy.model_validate(accuracy | {
             "method": f"{accuracy['method']} on held-out seeds {EVAL_SEED_START}+i, i < {args.eval_episodes}, per environment"})
         spec.write(out / "composition.json")
-        results["routing_accuracy"][mode] = accuracy
-        print(mode, json.dumps(accuracy), flush=True)
+        results["routing_accuracy"][label] = accuracy
+        print(label, json.dumps(accuracy), flush=True)
         if mode == "moe":
-            results["moe_votes"] = votes_by_layer(composition, composed.tracerl_tokenizer, prompts)
-            print("moe votes", json.dumps(results["moe_votes"]), flush=True)
+            votes = results.setdefault("moe_votes", {})[label] = votes_by_layer(composition, composed.tracerl_tokenizer, prompts)
+            print(f"{label} votes", json.dumps(votes), flush=True)
         if evaluate:
             policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
-            results["success"][f"composed {mode}"] = {n: success(policy, n, None) for n in names}
-            print(mode, json.dumps(results["success"][f"composed {mode}"]), flush=True)
+            results["success"][f"composed {label}"] = {n: success(policy, n, None) for n in names}
+            print(label, json.dumps(results["success"][f"composed {label}"]), flush=True)
 
     own = results["success"].get("own adapter", {})
     results["within_5_points"] = {
@@ -150,8 +154,9 @@ def main() -> None:
         print(f"| {variant} | " + " | ".join(f"{100 * values[n]:.1f}%" for n in names) + " |")
     for mode, acc in results["routing_accuracy"].items():
         print(f"| routing accuracy ({mode}) | " + " | ".join(f"{100 * acc['per_capability'].get(n, 0):.1f}%" for n in names) + " |")
-    for way, acc in results.get("moe_votes", {}).items():
-        print(f"| moe votes: {way} | " + " | ".join(f"{100 * acc.get(n, 0):.1f}%" for n in names) + " |")
+    for label, votes in results.get("moe_votes", {}).items():
+        for way, acc in votes.items():
+            print(f"| {label} votes: {way} | " + " | ".join(f"{100 * acc.get(n, 0):.1f}%" for n in names) + " |")
 
 
 def votes_by_layer(composition, tokenizer, prompts) -> dict:

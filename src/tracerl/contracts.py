@@ -353,7 +353,7 @@ def metrics_text(rows: list[dict[str, Any]]) -> str:
 
 
 class GateKept(Record):
-    trajectories: int = Field(description="Rollouts kept to train the gates.")
+    trajectories: int = Field(description="Rollouts whose tokens take the gates' LM loss (every one's opening takes the label loss).")
     of: int = Field(description="Rollouts played.")
     source: str = Field(description="'successful', or the best reward kept when none succeeded.")
 

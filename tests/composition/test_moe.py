@@ -193,6 +193,25 @@ def test_gate_training_learns_the_label(setup):
     assert history[-1]["token_routing_accuracy"] > 0.9  # chance: 1/3
 
 
+def test_the_lm_loss_reaches_no_gate_through_a_labelled_token(setup):
+    """In training, the chosen expert is scaled by its gate probability (the LM loss's only way to
+    the gate); on labelled tokens that scale is detached, so only the label loss trains their gates."""
+    base, dirs = setup
+    composition = compose(copy.deepcopy(base), [load_adapter(d) for d in dirs], gate_init_std=0.02)
+    ids = torch.tensor([[3, 9, 27, 17, 51, 30]])
+
+    def gate_grad(labelled: torch.Tensor | None) -> float:
+        composition.gates.zero_grad()
+        composition.gates.train()
+        with composition.routing(labelled=labelled):
+            composition.model(input_ids=ids).logits.pow(2).mean().backward()
+        return sum(float(g.weight.grad.abs().sum()) for g in composition.gates if g.weight.grad is not None)
+
+    assert gate_grad(None) > 0
+    assert gate_grad(torch.zeros(1, 6, dtype=torch.bool)) > 0
+    assert gate_grad(torch.ones(1, 6, dtype=torch.bool)) == 0
+
+
 @pytest.mark.parametrize(("schedule", "last_rate"), [("linear", 0.0), ("constant", 0.05)])
 def test_gate_learning_rate_follows_the_schedule(setup, schedule, last_rate):
     base, dirs = setup

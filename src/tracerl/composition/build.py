@@ -43,7 +43,9 @@ class ComposeOptions:
     labels: list[str] | None = None
     model_name: str | None = None
     template_kwargs: dict[str, Any] = field(default_factory=dict)
-    successful_only: bool = True  # gate training on passed trajectories only (TRACE); False: all of them
+    # the LM loss on every trajectory (smoke runs); by default on each capability's successful ones
+    # (TRACE), else its best rewarded — the label loss takes every trajectory's opening either way
+    lm_on_all: bool = False
     router_fit: bool = True  # router/merge: calibrate the label head on the training trajectories' first user turns
     router_fit_steps: int = 300
     seed: int = 0
@@ -145,7 +147,7 @@ def _train(composition: Composition, tokenizer, train: list[Trajectory], options
     if not train:
         return None
     slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
-    examples = examples_from_trajectories(tokenizer, train, slot_of, successful_only=options.successful_only)
+    examples = examples_from_trajectories(tokenizer, train, slot_of, lm_on_all=options.lm_on_all)
     if not examples:
         raise InputError("no successful training trajectories to train the gates on")
     history = train_gates(composition, examples, options.gate, on_log=on_log)

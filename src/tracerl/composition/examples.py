@@ -90,16 +90,36 @@ def templated_with_assistant_mask(tokenizer: Any, messages: list[Message], tools
     return ids, mask
 
 
+def lm_kept(trajectories: list[Trajectory]) -> tuple[list[Trajectory], str]:
+    """The trajectories of one capability whose tokens take the LM loss, and why: the successful
+    ones, else (none succeeded) the best rewarded."""
+    good = [t for t in trajectories if t.passed]
+    if good or not trajectories:
+        return good, "successful"
+    best = max(t.reward for t in trajectories)
+    return [t for t in trajectories if t.reward == best], f"best reward {best:.2f} (no success)"
+
+
 def examples_from_trajectories(
-    tokenizer: Any, trajectories: list[Trajectory], slot_of: dict[str, int], *, successful_only: bool = True
+    tokenizer: Any, trajectories: list[Trajectory], slot_of: dict[str, int], *, lm_on_all: bool = False
 ) -> list[GateExample]:
-    """Examples from trajectories whose `info["capability"]` names a slot in `slot_of`."""
-    examples = []
+    """Examples from trajectories whose `info["capability"]` names a slot in `slot_of`.
+
+    Every trajectory's opening takes the label loss: it states a task of its capability whether or
+    not the adapter then solved it, so a capability whose adapter never succeeds is still routed.
+    The LM loss goes to each capability's `lm_kept` trajectories (all of them with `lm_on_all`).
+    """
+    by_capability: dict[str, list[Trajectory]] = {}
     for t in trajectories:
-        if successful_only and not t.passed:
-            continue
         capability = t.info.get("capability")
         if capability not in slot_of:
             raise InputError(f"trajectory {t.task_id} ({t.domain}) has capability {capability!r}, not one of {sorted(slot_of)}")
-        examples.append(trajectory_example(tokenizer, t, slot_of[capability]))
+        by_capability.setdefault(capability, []).append(t)
+    lm = {id(t) for group in by_capability.values() for t in (group if lm_on_all else lm_kept(group)[0])}
+    examples = []
+    for t in trajectories:
+        example = trajectory_example(tokenizer, t, slot_of[t.info["capability"]])
+        if id(t) not in lm:
+            example.loss_mask = [0] * len(example.loss_mask)
+        examples.append(example)
     return examples

@@ -44,6 +44,7 @@ class RoutedCall:
 
     weights: torch.Tensor | None = None
     force_slots: int | torch.Tensor | None = None
+    labelled: torch.Tensor | None = None
     repeat_rows: bool = False
     slots: list[torch.Tensor] = field(default_factory=list)
     gate_logits: list[torch.Tensor] | None = None
@@ -69,7 +70,10 @@ def gate_weights(gate: nn.Linear, hidden: torch.Tensor, call: RoutedCall, index:
     call.slots[index] = slots.detach()
     one_hot = torch.nn.functional.one_hot(slots, logits.shape[-1]).to(logits.dtype)
     if gate.training:  # Switch: scale the chosen expert by its probability so the gate gets gradients
-        one_hot = one_hot * logits.softmax(dim=-1).gather(-1, slots.unsqueeze(-1))
+        scale = logits.softmax(dim=-1).gather(-1, slots.unsqueeze(-1))
+        if call.labelled is not None:  # the label loss alone trains these tokens' gates
+            scale = torch.where(call.labelled.to(scale.device).unsqueeze(-1), scale.detach(), scale)
+        one_hot = one_hot * scale
     return one_hot.to(hidden.dtype)
 
 
@@ -101,7 +105,8 @@ def _pass_route(module: nn.Module, args: tuple, kwargs: dict, *, route: LayerRou
 
 @contextmanager
 def routed(composition: Composition, routing_weights: torch.Tensor | None = None, *,
-           force_slots: int | torch.Tensor | None = None, record: bool = False, repeat_rows: bool = False) -> Iterator[RoutedCall]:
+           force_slots: int | torch.Tensor | None = None, record: bool = False, repeat_rows: bool = False,
+           labelled: torch.Tensor | None = None) -> Iterator[RoutedCall]:
     """Route the composed model's calls inside this block (see the module docstring).
 
     moe: the gates route, `force_slots` (a slot, or (batch, seq) slots) overrides them, `record`
@@ -122,7 +127,7 @@ def routed(composition: Composition, routing_weights: torch.Tensor | None = None
     layers = composition.layers
     if torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in layers):
         raise InputError("routing hooks are per call: a checkpointed layer recomputed in backward would run unrouted")
-    call = RoutedCall(weights=routing_weights, force_slots=force_slots, repeat_rows=repeat_rows,
+    call = RoutedCall(weights=routing_weights, force_slots=force_slots, repeat_rows=repeat_rows, labelled=labelled,
                       slots=[torch.empty(0)] * len(layers), gate_logits=[] if record else None)
     handles = []
     try:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracerl.composition.examples import lm_kept
 from tracerl.composition.training import GateTrainingConfig
 from tracerl.contracts import CompositionSpec, GateData, GateKept
 from tracerl.core.errors import InputError
@@ -60,8 +61,9 @@ class ComposeRun:
 def roll_gate_data(envs: dict[str, Path], policy: Policy, episodes: int, out_dir: Path, *,
                    batch_size: int = 64) -> tuple[GateData, list[Path]]:
     """`episodes` rollouts of each capability's adapter (loaded into `policy` under the capability's
-    name) on its environment; the kept ones go to `out_dir/<capability>.jsonl` labelled with the
-    capability, the counts to `out_dir/summary.json`."""
+    name) on its environment, all to `out_dir/<capability>.jsonl` labelled with the capability (each
+    opening trains the gates' label), and how many of them take the LM loss (`lm_kept`) to
+    `out_dir/summary.json`."""
     from tracerl.core.io import write_jsonl
     from tracerl.envs.runner import Episode, rollout
     from tracerl.synthesis.envdir import load_env_dir
@@ -72,14 +74,10 @@ def roll_gate_data(envs: dict[str, Path], policy: Policy, episodes: int, out_dir
         trajs = rollout(load_env_dir(env_dir), policy, [Episode(seed=s, adapter=cap) for s in seeds],
                         batch_size=batch_size)
         rollouts += len(trajs)
-        good = [t for t in trajs if t.passed]
-        source = "successful"
-        if not good:
-            best = max(t.reward for t in trajs)
-            good, source = [t for t in trajs if t.reward == best], f"best reward {best:.2f} (no success)"
+        good, source = lm_kept(trajs)
         kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
         path = out_dir / f"{cap}.jsonl"
-        write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in good])
+        write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in trajs])
         paths.append(path)
     data = GateData(rollouts=rollouts, kept=kept)
     data.write(out_dir / "summary.json")
@@ -99,20 +97,19 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
     missing = [m for m in config.modes if m not in out]
     if missing:
         raise InputError(f"no output folder for mode {missing[0]!r}")
-    gate_data, trajectories, successful_only = None, list(inputs.trajectories), True
+    gate_data, trajectories = None, list(inputs.trajectories)
     if inputs.envs:
         if trajectories or gate_dir is None or make_policy is None:
             raise InputError("gate data is either given (trajectories) or rolled out (envs, gate_dir, make_policy)")
         gate_data, trajectories = roll_gate_data(inputs.envs, make_policy(), config.episodes_per_capability,
                                                  gate_dir, batch_size=batch_size)
-        successful_only = False  # the gate data holds only what should train the gates
     specs = {}
     for mode in config.modes:
         options = ComposeOptions(
             mode=mode, capabilities_file=None if inputs.capabilities is None else str(inputs.capabilities),
             trajectories=[str(p) for p in trajectories], heldout_fraction=config.heldout_fraction, gate=config.gate,
             top_p=config.top_p, labels=labels, model_name=(names or {}).get(mode), seed=seed,
-            successful_only=successful_only, router_fit=router_fit,
+            router_fit=router_fit,
         )
         specs[mode] = build_composition([str(p) for p in inputs.adapters], inputs.base, out[mode], options,
                                         on_gate_log=on_gate_log)

@@ -8,8 +8,10 @@ Objective per batch (Switch Transformer style):
            (on the label-masked tokens: the episode's opening, see `tracerl.composition.examples`)
 
 In training mode the chosen expert's output is scaled by its gate probability, so the LM loss
-reaches the gates. The learning rate follows `lr_scheduler_type` (transformers' schedules).
-Each logged step reports the losses, the learning rate, the routing entropy, the per-slot load
+reaches the gates — except on the label-masked tokens (unless `lm_loss_on_labelled`): there the
+scale is detached and the label loss alone sets their route, so the LM loss of what follows cannot
+pull an opening toward another capability's adapter. The learning rate follows
+`lr_scheduler_type` (transformers' schedules). Each logged step reports the losses, the learning rate, the routing entropy, the per-slot load
 (fraction of label-masked tokens routed to each slot, all layers together) and the token-level
 routing accuracy.
 """
@@ -44,6 +46,7 @@ class GateTrainingConfig(BaseModel):
     router_aux_loss_coef: float = Field(0.001, ge=0)  # λ_LB, as HF MoE configs call it
     label_loss_coef: float = Field(1.0, ge=0)
     lm_loss_coef: float = Field(1.0, ge=0)
+    lm_loss_on_labelled: bool = False
     max_grad_norm: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     logging_steps: int = Field(10, ge=1)
@@ -103,10 +106,11 @@ def train_gates(
         for step in range(1, config.max_steps + 1):
             picks = torch.randint(len(examples), (config.per_device_train_batch_size,), generator=generator).tolist()
             batch = {k: v.to(device) for k, v in pad_batch([examples[i] for i in picks]).items()}
-            with composition.routing(record=True) as call:
+            label_tokens = batch["label_mask"].bool() & batch["attention_mask"].bool()
+            labelled = None if config.lm_loss_on_labelled else label_tokens
+            with composition.routing(record=True, labelled=labelled) as call:
                 out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
             layer_logits = call.gate_logits
-            label_tokens = batch["label_mask"].bool() & batch["attention_mask"].bool()
             lm = lm_loss(out.logits, batch["input_ids"], batch["loss_mask"] * batch["attention_mask"])
             lb = torch.stack([load_balancing_loss(l, batch["attention_mask"]) for l in layer_logits]).mean()
             lab = torch.stack([label_loss(l, batch["slots"], label_tokens) for l in layer_logits]).mean()
