@@ -16,7 +16,7 @@ Workspace layout:
     capabilities.json, labels/       step 1
     envs/<capability>/               step 2 (env.json, calibration.json)
     adapters/<capability>/           step 3 (PEFT adapter, metrics.jsonl, checkpoints)
-    gate_data/<capability>.jsonl     successful adapter rollouts that train the gates
+    gate_data/<capability>.jsonl     adapter rollouts that train the gates
     composed/, composed_router/      step 4 (composition.json, gates.safetensors)
     baselines/grpo_target/           GRPO on the target with TRACE's rollout budget
     eval/<variant>.json|.jsonl       held-out evaluation
