@@ -149,6 +149,6 @@ def _train(composition: Composition, tokenizer, train: list[Trajectory], options
     slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
     examples = examples_from_trajectories(tokenizer, train, slot_of, lm_on_all=options.lm_on_all)
     if not examples:
-        raise InputError("no successful training trajectories to train the gates on")
+        raise InputError("no training trajectories to train the gates on")
     history = train_gates(composition, examples, options.gate, on_log=on_log)
     return {"config": options.gate.model_dump(), "examples": len(examples), "final": history[-1] if history else None}

@@ -11,9 +11,9 @@ In training mode the chosen expert's output is scaled by its gate probability, s
 reaches the gates — except on the label-masked tokens (unless `lm_loss_on_labelled`): there the
 scale is detached and the label loss alone sets their route, so the LM loss of what follows cannot
 pull an opening toward another capability's adapter. The learning rate follows
-`lr_scheduler_type` (transformers' schedules). Each logged step reports the losses, the learning rate, the routing entropy, the per-slot load
-(fraction of label-masked tokens routed to each slot, all layers together) and the token-level
-routing accuracy.
+`lr_scheduler_type` (transformers' schedules). Each logged step reports the losses, the learning
+rate, the routing entropy, the per-slot load (fraction of label-masked tokens routed to each slot,
+all layers together) and the token-level routing accuracy.
 """
 
 from __future__ import annotations

@@ -126,8 +126,9 @@ class ReportData(BaseModel):
 def answer(headline: Headline) -> str | None:
     """Does TRACE help here, by how much, at what budget — from the paired differences' 95% intervals.
 
-    "Yes" when TRACE − base excludes 0 from below, "No" when it includes 0 or lies below it; the
-    comparison with GRPO on the target (same rollouts, counted the same way) follows when it was run.
+    "Yes" when the interval of TRACE − base lies above 0, "No, it does worse" below 0, "Not shown"
+    when it holds 0; the comparison with GRPO on the target (rollouts counted the same way) follows
+    when it was run.
     """
     trace, base = headline.trace, headline.base
     if trace is None or base is None or trace.diff_vs_base is None:
