@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--lm-loss-coef", type=float, default=1.0, help="gate training: weight of the LM loss")
     ap.add_argument("--gate-lr", type=float, default=1e-2, help="gate training: learning rate")
     ap.add_argument("--gate-lr-scheduler", default="linear", help="gate training: linear | cosine | constant")
-    ap.add_argument("--gate-seeds", type=int, nargs="*", default=[0],
+    ap.add_argument("--gate-seeds", type=int, nargs="+", default=[0],
                     help="moe: train the gates once per seed (minibatch order) and report each")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--max-new-tokens", type=int, default=256)

@@ -136,12 +136,12 @@ def answer(headline: Headline) -> str | None:
     d = trace.diff_vs_base
     verdict = "Yes" if d.low > 0 else "No, it does worse" if d.high < 0 else "Not shown"
     name = trace.variant.replace("trace_", "")
-    text = (f"Does TRACE help here? {verdict}: TRACE ({name}) passes {_pct(trace.pass1.mean)} of the held-out tasks, "
-            f"the base agent {_pct(base.pass1.mean)} ({_points(d)})")
+    text = (f"Does TRACE help here? {verdict}: TRACE ({name}) passes {pct(trace.pass1.mean)} of the held-out tasks, "
+            f"the base agent {pct(base.pass1.mean)} ({_points(d)})")
     g = headline.trace_vs_grpo_target
     if headline.grpo_target is not None and g is not None:
         than = "better than" if g.low > 0 else "worse than" if g.high < 0 else "no different from"
-        text += (f"; {than} GRPO on the target at {_pct(headline.grpo_target.pass1.mean)} ({_points(g)})")
+        text += (f"; {than} GRPO on the target at {pct(headline.grpo_target.pass1.mean)} ({_points(g)})")
         if headline.grpo_target.rollouts_used != trace.rollouts_used:
             return text + (f"; TRACE used {trace.rollouts_used:,} training rollouts, GRPO "
                            f"{headline.grpo_target.rollouts_used:,}.")
@@ -149,12 +149,18 @@ def answer(headline: Headline) -> str | None:
     return text + f", with {trace.rollouts_used:,} training rollouts."
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+def pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
+def interval_text(i: Interval, *, points: bool = False) -> str:
+    if points:
+        return f"95% CI [{i.low * 100:+.1f}, {i.high * 100:+.1f}]"
+    return f"95% CI [{i.low * 100:.1f}, {i.high * 100:.1f}]"
 
 
 def _points(i: Interval) -> str:
-    return f"{100 * i.mean:+.1f} points, 95% CI [{100 * i.low:+.1f}, {100 * i.high:+.1f}]"
+    return f"{100 * i.mean:+.1f} points, {interval_text(i, points=True)}"
 
 
 # ----------------------------------------------------------------------------- reading

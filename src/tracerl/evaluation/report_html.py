@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from tracerl.core.messages import Message
 from tracerl.core.trajectory import Trajectory
 from tracerl.contracts import CapabilityResult, EvalResult
-from tracerl.evaluation.report_data import ReportData, TrainingCurve
+from tracerl.evaluation.report_data import ReportData, TrainingCurve, interval_text, pct
 from tracerl.evaluation.stats import Interval
 from tracerl.contracts import CalibrationResult
 
@@ -128,18 +128,8 @@ def render_html(data: ReportData, figures: dict[str, bytes]) -> str:
 # ----------------------------------------------------------------------------- formatting
 
 
-def pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:.1f}%"
-
-
 def pts(x: float) -> str:
     return f"{x * 100:+.1f} pts"
-
-
-def interval_text(i: Interval, *, points: bool = False) -> str:
-    if points:
-        return f"95% CI [{i.low * 100:+.1f}, {i.high * 100:+.1f}]"
-    return f"95% CI [{i.low * 100:.1f}, {i.high * 100:.1f}]"
 
 
 def _signed(i: Interval) -> str:
