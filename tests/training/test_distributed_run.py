@@ -57,14 +57,17 @@ def test_refusal_names_placeholders_when_the_config_is_unreadable(tmp_path, monk
 
 
 @pytest.mark.slow
-def test_run_under_torchrun_exits_on_every_rank(tmp_path):
-    """A real 2-process torchrun launch: each rank refuses with exit 2, nothing is written."""
+def test_run_under_torchrun_refuses_and_writes_nothing(tmp_path):
+    """A real 2-process torchrun launch: the ranks refuse with exit 2, nothing is written.
+
+    torchrun stops the other rank (SIGTERM) as soon as one fails, so the second refusal may
+    never be printed: at least one rank's refusal is, and torchrun reports its exit code 2."""
     ws = tmp_path / "ws"
     out = subprocess.run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node=2", "-m", "tracerl.cli", "run",
                           str(GPU_CONFIG), "-w", str(ws)], env={**os.environ, "OMP_NUM_THREADS": "1"},
                          capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     text = out.stdout + out.stderr
-    assert text.count("`tracerl run` is single-process (started with WORLD_SIZE=2)") == 2, text[-3000:]
+    assert text.count("`tracerl run` is single-process (started with WORLD_SIZE=2)") in (1, 2), text[-3000:]
     assert "exitcode  : 2" in text  # torchrun's summary of the failed ranks
     assert not ws.exists()
