@@ -399,6 +399,9 @@ class CompositionSpec(Contract):
     capabilities: list[Capability] = Field(description="In slot order: capability i has slot i + 1 (slot 0: base).")
     slots: list[str]
     gate_parameters: int = 0
+    moe_routing: Literal["token", "opening"] | None = Field(
+        None, description="moe: each token routes itself (token), or the gates' per-token majority over the "
+                          "episode's opening routes every token of it (opening); None for router/merge.")
     router: RouterSettings | None = None
     gate_training: dict[str, Any] | None = None
     routing_accuracy: RoutingAccuracy | None = None

@@ -129,11 +129,16 @@ def test_compose_bad_input_exits_2_and_writes_nothing(workspace, capsys):
     assert "no composition.json" in capsys.readouterr().err
     assert compose_cli(root, base_dir, adapters, out, "--lr-scheduler-type", "step") == 2
     assert "bad gate-training option: field 'lr_scheduler_type'" in capsys.readouterr().err
+    assert compose_cli(root, base_dir, adapters, out, "--moe-routing", "sometimes") == 2
+    err = capsys.readouterr().err
+    assert "bad option: field 'moe_routing'" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
 
 
-@pytest.mark.parametrize("mode", ["moe", "merge"])
+@pytest.mark.parametrize("mode", ["moe", "moe-opening", "merge"])
 def test_serve_a_composed_model_over_the_openai_api(workspace, mode):
-    """`tracerl serve --model COMPOSED_DIR` builds this policy; the app serves it under its own name."""
+    """`tracerl serve --model COMPOSED_DIR` builds this policy; the app serves it under its own name
+    (a moe composition routed at the opening routes each request from its prompt's opening)."""
     from fastapi.testclient import TestClient
 
     from tracerl.composition.policy import composed_server_policy
@@ -142,8 +147,11 @@ def test_serve_a_composed_model_over_the_openai_api(workspace, mode):
 
     root, base_dir, adapters, _ = workspace
     out = root / f"served-{mode}"
-    assert compose_cli(root, base_dir, adapters, out, "--mode", mode, "--max-steps", "2", "--name", f"trace-{mode}") == 0
+    options = ["--mode", "moe", "--moe-routing", "opening"] if mode == "moe-opening" else ["--mode", mode]
+    assert compose_cli(root, base_dir, adapters, out, *options, "--max-steps", "2", "--name", f"trace-{mode}") == 0
+    assert json.loads((out / "composition.json").read_text())["moe_routing"] == {"moe": "token", "moe-opening": "opening"}.get(mode)
     policy, name = composed_server_policy(str(out), "cpu", "raw_logprobs", None, [])
+    assert policy.composition.moe_routing == ("opening" if mode == "moe-opening" else "token")
     assert name == f"trace-{mode}"
     engine = Engine(policy, max_batch_size=4)
     try:

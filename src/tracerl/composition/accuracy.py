@@ -9,7 +9,7 @@ capability of the environment it came from.
   prompt's slot is the one most of its tokens chose (a tie goes to the lower slot). Pooling the
   layer × token decisions instead lets the first layer outvote the rest: its gate reads the token
   embedding alone, so the same token routes the same way in every task (benchmarks/README.md,
-  "Composition").
+  "Composition"). A moe composition routed at the opening serves each episode with this slot.
 - router / merge: the prediction is the router's most probable label (slot 0 = base).
 
 Accuracy is reported overall and per capability.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from tracerl.composition.composed import Composition
-from tracerl.composition.examples import prompt_example
+from tracerl.composition.examples import GateExample, opening_example_from_ids, prompt_example
 from tracerl.composition.training import pad_batch
 from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
@@ -53,15 +53,35 @@ def predicted_slots(composition: Composition, tokenizer, prompts: list[LabelledP
     return predictions
 
 
-@torch.no_grad()
 def gate_votes(composition: Composition, tokenizer, prompts: list[LabelledPrompt], batch_size: int = 16) -> list[torch.Tensor]:
     """moe: each prompt's routing decisions, (layers, tokens) slots over its label-masked tokens."""
+    return example_votes(composition, [prompt_example(tokenizer, p.messages, p.tools, 0) for p in prompts], batch_size)
+
+
+def opening_weights(composition: Composition, tokenizer, prompts: list[LabelledPrompt]) -> torch.Tensor:
+    """moe routed at the opening: one-hot (batch, N+1) on each prompt's `prompt_slot`."""
+    return _one_hot(composition, gate_votes(composition, tokenizer, prompts))
+
+
+def opening_weights_for_ids(composition: Composition, tokenizer, prompts: list[list[int]]) -> torch.Tensor:
+    """`opening_weights` of ChatML-rendered prompts given as token ids."""
+    return _one_hot(composition, example_votes(composition, [opening_example_from_ids(tokenizer, ids) for ids in prompts]))
+
+
+def _one_hot(composition: Composition, votes: list[torch.Tensor]) -> torch.Tensor:
+    slots = torch.tensor([prompt_slot(v) for v in votes], dtype=torch.long)
+    return torch.nn.functional.one_hot(slots, composition.num_slots).to(torch.float32)
+
+
+@torch.no_grad()
+def example_votes(composition: Composition, examples: list[GateExample], batch_size: int = 16) -> list[torch.Tensor]:
+    """moe: the gates' per-token decisions on each example, (layers, tokens) slots over its label mask."""
     model = composition.model
     device = next(model.parameters()).device
     out: list[torch.Tensor] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        batch = pad_batch([prompt_example(tokenizer, p.messages, p.tools, 0) for p in chunk])
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        batch = pad_batch(chunk)
         was_training = model.training
         model.eval()
         try:

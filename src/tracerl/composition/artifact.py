@@ -55,6 +55,7 @@ def spec_for(composition: Composition, base: str, out: Path, **extra: Any) -> Co
         capabilities=list(composition.capabilities),
         slots=composition.slot_names,
         gate_parameters=composition.gate_parameter_count(),
+        moe_routing=composition.moe_routing if composition.mode == "moe" else None,
         router=RouterSettings(labels=router.labels, base_description=router.base_description, top_p=composition.top_p,
                               kind=router.kind, fit=router_fit) if router else None,
         **extra,
@@ -112,6 +113,8 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
     adapters = [load_adapter(resolve(a.path, path), name=a.name) for a in spec.adapters]
     capabilities = list(spec.capabilities)
     composition = compose(model, adapters, capabilities, mode=spec.mode)  # type: ignore[arg-type]
+    composition.moe_routing = spec.moe_routing or "token"
+    composition.tokenizer = tokenizer
     if composition.gates is not None:
         gates_path = path / GATES_FILE
         if not gates_path.is_file():

@@ -21,7 +21,7 @@ from typing import Any
 from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
 from tracerl.composition.adapters import LoRAAdapter, load_adapter
 from tracerl.composition.artifact import load_base, save_composed, spec_for
-from tracerl.composition.composed import MODES, Composition, adapter_capability, compose
+from tracerl.composition.composed import MODES, MOE_ROUTINGS, Composition, adapter_capability, compose
 from tracerl.composition.examples import examples_from_trajectories
 from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
@@ -34,6 +34,7 @@ from tracerl.core.trajectory import Trajectory
 @dataclass
 class ComposeOptions:
     mode: str = "moe"
+    moe_routing: str = "token"  # moe: route each token, or each episode from its opening (composed.MOE_ROUTINGS)
     capabilities_file: str | None = None  # a capabilities.json naming the adapters' capabilities
     capabilities: list[Capability] | None = None  # or the capabilities themselves (one per adapter, by name)
     trajectories: list[str] = field(default_factory=list)
@@ -117,6 +118,8 @@ def build_composition(
     """Compose, train/measure, write `out`; returns the written composition.json contents."""
     if options.mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
+    if options.moe_routing not in MOE_ROUTINGS:
+        raise InputError(f"moe routing must be one of {', '.join(MOE_ROUTINGS)}, got {options.moe_routing!r}")
     if not adapter_dirs:
         raise InputError("give at least one adapter directory")
     adapters = [load_adapter(d) for d in adapter_dirs]
@@ -124,6 +127,8 @@ def build_composition(
     trajectories = load_trajectories(options.trajectories, [c.name for c in capabilities])
     model, tokenizer = loaded_base if loaded_base is not None else load_base(base)
     composition = compose(model, adapters, capabilities, mode=options.mode, base_ref=base, seed=options.seed)  # type: ignore[arg-type]
+    composition.moe_routing = options.moe_routing  # type: ignore[assignment]
+    composition.tokenizer = tokenizer
     if options.mode != "moe":
         composition.router = TaskRouter(model, tokenizer, capabilities, labels=options.labels, template_kwargs=options.template_kwargs)
         composition.top_p = options.top_p

@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         adapters: list[str] = typer.Option(None, "--adapters", help="PEFT LoRA adapter directories, one per capability."),
         base: str = typer.Option(..., "--base", help="The base model the adapters were trained on (path, hub id or tiny-agent)."),
         mode: str = typer.Option("moe", "--mode", help="moe (token-level gates) | router (task-level top-1) | merge (task-level top-p weighted merge)."),
+        moe_routing: str = typer.Option("token", "--moe-routing", help="moe: token (each token routes itself) | opening (the gates' majority over the episode's opening routes all of it)."),
         out: Path = typer.Option(..., "--out", help="The composed-model directory to write."),
         capabilities: str = typer.Option(None, "--capabilities", help="capabilities.json naming and describing the adapters' capabilities."),
         trajectories: list[str] = typer.Option(None, "--trajectories", help="Rollout JSONL files with info.capability: gate training and held-out routing accuracy."),
@@ -61,7 +62,8 @@ def register(app: typer.Typer) -> None:
         except ValidationError as e:
             raise InputError(f"bad gate-training option: {describe_validation_error(e)}") from None
         try:
-            config = ComposeConfig(modes=[mode], heldout_fraction=heldout_fraction, top_p=top_p, gate=gate)
+            config = ComposeConfig(modes=[mode], heldout_fraction=heldout_fraction, top_p=top_p, gate=gate,
+                                   moe_routing=moe_routing)
         except ValidationError as e:
             raise InputError(f"bad option: {describe_validation_error(e)}") from None
         inputs = ComposeInputs(base=base, adapters=[Path(d) for d in dirs],

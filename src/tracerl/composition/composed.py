@@ -9,7 +9,9 @@ the model whose every `forward` / `generate` call routes, and `with composition.
 routes the calls of `model` inside the block.
 
 - `moe`: a gate `Linear(hidden, N+1)` per decoder layer reads the layer's input hidden state and
-  picks one slot per token (slot 0 = no adapter).
+  picks one slot per token (slot 0 = no adapter). `moe_routing="opening"` decides when: the gates'
+  per-token majority over the episode's opening (first user turn on, as routing accuracy counts
+  it) picks one slot, and every token of the episode takes it (`weights_for`).
 - `router` / `merge`: task-level routing; routing weights (batch, N+1), passed with each call,
   apply to every token of a sequence — one-hot for the top-1 adapter, α over the top-p labels for
   a weighted merge (equal to W' = W + Σ α_c scaling_c B_c A_c, computed low-rank).
@@ -36,6 +38,8 @@ from tracerl.models.chat import first_user_turn
 
 Mode = Literal["moe", "router", "merge"]
 MODES: tuple[str, ...] = ("moe", "router", "merge")
+MoeRouting = Literal["token", "opening"]
+MOE_ROUTINGS: tuple[str, ...] = ("token", "opening")
 
 
 def gate_parameter_count(num_layers: int, hidden_size: int, num_slots: int) -> int:
@@ -65,6 +69,8 @@ class Composition:
         self.linears: list[list[GatedLoRALinear]] = [[] for _ in self.layers]  # per decoder layer
         self.gates: nn.ModuleList | None = None
         self.router: Any = None  # a TaskRouter (router/merge modes), set by the loader
+        self.moe_routing: MoeRouting = "token"
+        self.tokenizer: Any = None  # the base's tokenizer (moe routed at the opening), set by the loader
         self.top_p: float = 0.9
         self.spec: Any = None  # the CompositionSpec a loaded composition came from
         self.composed_model = ComposedModel(model, self)
@@ -85,17 +91,33 @@ class Composition:
         """Route the calls of `self.model` inside this block: `tracerl.composition.routing.routed`."""
         return routed(self, routing_weights, **options)
 
-    def weights_for(self, conversations: list[list[Any]]) -> torch.Tensor | None:
-        """Router/merge modes: routing weights (batch, N+1) from each conversation's first user turn,
-        one-hot on the router's top label (router) or α over the top-p labels (merge); None in moe mode."""
-        if self.mode == "moe":
+    @property
+    def routes_by_weights(self) -> bool:
+        """Each call takes one row of routing weights per sequence: router, merge, moe routed at the opening."""
+        return self.mode != "moe" or self.moe_routing == "opening"
+
+    def weights_for(self, conversations: list[list[Any]], tools: list[list[Any]] | None = None) -> torch.Tensor | None:
+        """Routing weights (batch, N+1) from each conversation's opening: router/merge, one-hot on the
+        router's top label (router) or α over the top-p labels (merge) of the first user turn; moe
+        routed at the opening, one-hot on the gates' per-token majority over the opening (each
+        conversation rendered with its `tools`). None for moe routed per token."""
+        if not self.routes_by_weights:
             return None
+        if self.mode == "moe":
+            from tracerl.composition.accuracy import LabelledPrompt, opening_weights
+
+            tools = tools if tools is not None else [[] for _ in conversations]
+            return opening_weights(self, self._tokenizer(), [LabelledPrompt(m, t, "") for m, t in zip(conversations, tools, strict=True)])
         if self.router is None:
             raise RuntimeError("this composition has no task router (load it with load_composed)")
         return self._weights(self.router.alphas(conversations))
 
     def weights_for_prompt_ids(self, prompts: list[list[int]]) -> torch.Tensor:
         """Routing weights for chat-templated prompts given as token ids; each must contain its whole first user turn."""
+        if self.mode == "moe":
+            from tracerl.composition.accuracy import opening_weights_for_ids
+
+            return opening_weights_for_ids(self, self._tokenizer(), prompts)
         if self.router is None:
             raise RuntimeError("this composition has no task router (load it with load_composed)")
         texts = []
@@ -107,13 +129,18 @@ class Composition:
             texts.append(request)
         return self._weights(self.router.label_logits(texts).softmax(dim=-1))
 
+    def _tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise RuntimeError("moe routing at the opening renders the opening: set composition.tokenizer (load_composed does)")
+        return self.tokenizer
+
     def _weights(self, alpha: torch.Tensor) -> torch.Tensor:
         return top1_weights(alpha) if self.mode == "router" else top_p_weights(alpha, self.top_p)
 
     def forward_kwargs(self, extras: list[Any]) -> dict[str, Any]:
         """`generate(composed_model, ..., forward_kwargs=composition.forward_kwargs)` with each request's
         `extra` a tuple of its N+1 routing weights: the running rows' weights as one (rows, N+1) tensor."""
-        if self.mode == "moe" or not extras or any(e is None for e in extras):
+        if not self.routes_by_weights or not extras or any(e is None for e in extras):
             return {}
         device = next(self.model.parameters()).device
         return {"routing_weights": torch.tensor([list(e) for e in extras], dtype=torch.float32, device=device)}

@@ -22,6 +22,9 @@ from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
+from tracerl.models.chat import first_user_turn_span
+
+ASSISTANT_HEADER = "<|im_start|>assistant\n"  # ChatML's generation prompt
 
 
 @dataclass
@@ -61,6 +64,21 @@ def prompt_example(tokenizer: Any, messages: list[Message], tools: list[ToolSche
     ids = _template(tokenizer, opening, tools, generation_prompt=True)
     start = user_turn_start(tokenizer, opening, tools, ids)
     return GateExample(ids, [0] * len(ids), [0] * start + [1] * (len(ids) - start), slot)
+
+
+def opening_example_from_ids(tokenizer: Any, ids: list[int]) -> GateExample:
+    """`prompt_example` of a ChatML-rendered conversation given as token ids (a served request): the
+    text through its first user turn and the assistant header after it, label mask from the turn on."""
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    span = first_user_turn_span(text)
+    if span is None:
+        raise InputError("a prompt routed at its opening must hold its whole first user turn (<|im_start|>user … <|im_end|>)")
+    start, end = span
+    header = text.find(ASSISTANT_HEADER, end)
+    stop = header + len(ASSISTANT_HEADER) if header >= 0 else end
+    prefix = len(tokenizer.encode(text[:start], add_special_tokens=False))
+    opening = list(tokenizer.encode(text[:stop], add_special_tokens=False))
+    return GateExample(opening, [0] * len(opening), [0] * prefix + [1] * (len(opening) - prefix), 0)
 
 
 def trajectory_example(tokenizer: Any, trajectory: Trajectory, slot: int) -> GateExample:

@@ -1,11 +1,11 @@
 """Sampling from a composed model with the local backend.
 
-moe mode needs nothing special — the `ComposedModel` that `load_composed` returns is an HF causal
-LM that routes every call, so `LocalPolicy(model, tokenizer)` (or a `routes={"name": model}` entry)
-samples from it, each token routing itself. Router / merge modes route per task: `ComposedPolicy`
-routes each session once, on its first user turn, keeps the weights in the session's state, and
-hands every forward call the weights of the rows still running (`routing_weights=`), so one batch
-mixes tasks routed to different adapters.
+moe routed per token needs nothing special — the `ComposedModel` that `load_composed` returns is an
+HF causal LM that routes every call, so `LocalPolicy(model, tokenizer)` (or a `routes={"name": model}`
+entry) samples from it, each token routing itself. Router / merge modes, and moe routed at the
+opening, route per episode: `ComposedPolicy` routes each session once, on its opening, keeps the
+weights in the session's state, and hands every forward call the weights of the rows still running
+(`routing_weights=`), so one batch mixes tasks routed to different adapters.
 """
 
 from __future__ import annotations
@@ -48,17 +48,17 @@ class ComposedPolicy(LocalPolicy):
             super()._check_adapter(adapter)
 
     def act(self, sessions: list[Session]) -> list:
-        if self.composition.mode != "moe":
+        if self.composition.routes_by_weights:
             fresh = [s for s in sessions if s.state is None or WEIGHTS_KEY not in getattr(s.state, "extra", {})]
             if fresh:
-                weights = self.composition.weights_for([s.messages for s in fresh])
+                weights = self.composition.weights_for([s.messages for s in fresh], [s.tools for s in fresh])
                 self._pending = {id(s): w for s, w in zip(fresh, weights, strict=True)}
         return super().act(sessions)
 
     def _request(self, session: Session, ids: list[int], budget: int) -> GenerationRequest:
         request = super()._request(session, ids, budget)
         request.extra = None
-        if self.composition.mode != "moe":
+        if self.composition.routes_by_weights:
             extra = session.state.extra
             if WEIGHTS_KEY not in extra:
                 extra[WEIGHTS_KEY] = tuple(float(x) for x in self._pending.pop(id(session)))
@@ -67,10 +67,10 @@ class ComposedPolicy(LocalPolicy):
         return request
 
     def generate_requests(self, requests: list[GenerationRequest]) -> list:
-        """Generate through the composed model. Router/merge requests without weights in `extra`
-        (e.g. from the OpenAI server, whose `extra` names the model) are routed here from their
-        prompt ids first, so a shared-prefix prefill never has to route a partial prompt."""
-        if self.composition.mode != "moe":
+        """Generate through the composed model. Requests of a composition routed per episode without
+        weights in `extra` (e.g. from the OpenAI server, whose `extra` names the model) are routed
+        here from their prompt ids first, so a shared-prefix prefill never has to route a partial prompt."""
+        if self.composition.routes_by_weights:
             unrouted = [r for r in requests if not isinstance(r.extra, tuple)]
             if unrouted:
                 weights = self.composition.weights_for_prompt_ids([r.prompt_ids for r in unrouted])

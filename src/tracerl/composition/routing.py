@@ -8,8 +8,8 @@ routes the calls made inside it, as PEFT's `_enable_peft_forward_hooks` does for
 - a pre-hook on each decoder layer computes that layer's per-token slot weights (batch, seq, N+1)
   from its input hidden state: moe — the layer's gate picks one slot per token (top-1; slot 0 = no
   adapter), scaled by the gate probability while the gates train (Switch Transformer), so
-  gradients reach them; router / merge — the explicit `routing_weights` (batch, N+1), one row per
-  sequence, applied to every token;
+  gradients reach them; router / merge, and moe routed at the opening — the explicit
+  `routing_weights` (batch, N+1), one row per sequence, applied to every token;
 - a pre-hook on each of the layer's gated linears passes those weights in (`route=`).
 
 The hooks are removed in a `finally`, so an exception inside the call leaves none behind.
@@ -91,11 +91,11 @@ def task_weights(weights: torch.Tensor, hidden: torch.Tensor, repeat_rows: bool)
 def _route_layer(module: nn.Module, args: tuple, kwargs: dict, *, composition: Composition, call: RoutedCall,
                  index: int, route: LayerRoute) -> None:
     hidden = args[0] if args else kwargs["hidden_states"]
-    if composition.gates is not None:
-        route.weights = gate_weights(composition.gates[index], hidden, call, index)
-    else:
-        assert call.weights is not None
+    if call.weights is not None:
         route.weights = task_weights(call.weights, hidden, call.repeat_rows)
+    else:
+        assert composition.gates is not None
+        route.weights = gate_weights(composition.gates[index], hidden, call, index)
 
 
 def _pass_route(module: nn.Module, args: tuple, kwargs: dict, *, route: LayerRoute) -> tuple[tuple, dict]:
@@ -110,12 +110,16 @@ def routed(composition: Composition, routing_weights: torch.Tensor | None = None
     """Route the composed model's calls inside this block (see the module docstring).
 
     moe: the gates route, `force_slots` (a slot, or (batch, seq) slots) overrides them, `record`
-    keeps their logits. router / merge: `routing_weights` (batch, N+1) is required; with
+    keeps their logits; a moe composition routed at the opening takes `routing_weights` (each
+    episode's slot, `Composition.weights_for`) and without them its gates route each token (how
+    that slot is decided). router / merge: `routing_weights` (batch, N+1) is required; with
     `repeat_rows`, a batch that is k times as long uses each row for k consecutive sequences.
     """
-    if composition.mode == "moe":
-        if routing_weights is not None:
-            raise InputError("a moe composition routes each token by its gates; routing_weights is for router/merge")
+    if composition.mode == "moe" and routing_weights is None:
+        pass
+    elif composition.mode == "moe" and composition.moe_routing != "opening":
+        raise InputError("a moe composition routed per token takes no routing_weights (they are for router/merge, "
+                         "or moe routed at the opening)")
     else:
         if routing_weights is None:
             raise InputError(f"a {composition.mode} composition routes by explicit routing_weights (batch, "
@@ -123,7 +127,7 @@ def routed(composition: Composition, routing_weights: torch.Tensor | None = None
         if routing_weights.dim() != 2 or routing_weights.shape[1] != composition.num_slots:
             raise InputError(f"routing_weights must be (batch, {composition.num_slots}), got {tuple(routing_weights.shape)}")
         if force_slots is not None or record:
-            raise InputError("force_slots and record are for moe compositions (they act on the gates)")
+            raise InputError("force_slots and record act on the gates: they are for moe calls without routing_weights")
     layers = composition.layers
     if torch.is_grad_enabled() and any(getattr(layer, "gradient_checkpointing", False) for layer in layers):
         raise InputError("routing hooks are per call: a checkpointed layer recomputed in backward would run unrouted")
@@ -148,8 +152,8 @@ class ComposedModel(nn.Module):
 
     `forward(..., routing_weights=None, **hf_kwargs)` and `generate(...)` run the wrapped model
     inside `routed`; any other attribute is the wrapped model's (`config`, `model.layers`, …).
-    Router/merge `generate` without `routing_weights` routes each row from its prompt's first
-    user turn (`Composition.weights_for_prompt_ids`).
+    Router/merge (and moe routed at the opening) `generate` without `routing_weights` routes each
+    row from its prompt's first user turn (`Composition.weights_for_prompt_ids`).
     """
 
     def __init__(self, model: nn.Module, composition: Composition):
@@ -166,7 +170,7 @@ class ComposedModel(nn.Module):
 
     def generate(self, input_ids: torch.Tensor | None = None, *args: Any, routing_weights: torch.Tensor | None = None,
                  **kwargs: Any) -> Any:
-        if routing_weights is None and self.composition.mode != "moe" and input_ids is not None:
+        if routing_weights is None and self.composition.routes_by_weights and input_ids is not None:
             mask = kwargs.get("attention_mask")
             prompts = [(row if mask is None else row[mask[i].bool()]).tolist() for i, row in enumerate(input_ids)]
             routing_weights = self.composition.weights_for_prompt_ids(prompts).to(input_ids.device)

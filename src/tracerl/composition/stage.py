@@ -3,10 +3,11 @@ what `tracerl compose` and the pipeline's compose stage both call, with one `Com
 config's `compose:` section).
 
 The gates (moe) and the router's label head (router, merge) train on labelled rollouts, each with
-`info["capability"]`: files given as they are (`tracerl compose --trajectories`; only the successful
-ones train the gates), or rolled out here by each adapter on its own capability's environment (the
-pipeline: `ComposeInputs.envs`) and written to a gate-data folder, keeping the successful ones or,
-for an adapter with no success, its best-rewarded ones (so a weak agent still gets a router).
+`info["capability"]`: files given as they are (`tracerl compose --trajectories`), or rolled out here
+by each adapter on its own capability's environment (the pipeline: `ComposeInputs.envs`) and written
+to a gate-data folder. Every rollout's opening takes the gates' label loss; the LM loss goes to each
+capability's successful rollouts, or for an adapter with no success its best-rewarded ones
+(`examples.lm_kept`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class ComposeConfig(BaseModel):
                                          "whose successes train the gates (counted in TRACE's rollout budget)")
     heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
     top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
+    moe_routing: Literal["token", "opening"] = Field(
+        "token", description="moe: each token routes itself (token), or the gates' per-token majority over the "
+                             "episode's opening routes all of it (opening)")
     gate: GateTrainingConfig = Field(default_factory=GateTrainingConfig)
 
 
@@ -108,7 +112,7 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
         options = ComposeOptions(
             mode=mode, capabilities_file=None if inputs.capabilities is None else str(inputs.capabilities),
             trajectories=[str(p) for p in trajectories], heldout_fraction=config.heldout_fraction, gate=config.gate,
-            top_p=config.top_p, labels=labels, model_name=(names or {}).get(mode), seed=seed,
+            top_p=config.top_p, moe_routing=config.moe_routing, labels=labels, model_name=(names or {}).get(mode), seed=seed,
             router_fit=router_fit,
         )
         specs[mode] = build_composition([str(p) for p in inputs.adapters], inputs.base, out[mode], options,

@@ -63,6 +63,13 @@ def first_user_turn(conversation: str | Sequence[Message | dict]) -> str | None:
     return None
 
 
+def first_user_turn_span(text: str) -> tuple[int, int] | None:
+    """Where the first user turn of a ChatML-rendered text lies: from its `<|im_start|>user` to the
+    end of its `<|im_end|>`; None when the text has no whole user turn."""
+    match = _USER_TURN.search(text)
+    return match.span() if match else None
+
+
 @dataclass
 class ChatState:
     """Per-session bookkeeping, kept in `Session.state` by model policies."""

@@ -1,0 +1,115 @@
+"""moe routed at the opening: the gates' per-token majority over an episode's opening — the decision
+routing accuracy counts — picks one slot, and every token of the episode takes it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from composition_helpers import two_adapters
+
+from tracerl.composition.accuracy import LabelledPrompt, predicted_slots
+from tracerl.composition.adapters import load_adapter
+from tracerl.composition.composed import compose
+from tracerl.composition.examples import opening_example_from_ids, prompt_example
+from tracerl.composition.policy import ComposedPolicy
+from tracerl.contracts import Capability
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Message
+from tracerl.core.policy import Session
+from tracerl.models.chat import ChatFormat
+
+CAPS = [Capability(name="alpha", description="cancels reservations"), Capability(name="beta", description="looks up orders")]
+REQUESTS = ["cancel my reservation please", "look up the order status", "which specialist should handle this",
+            "cancel the order", "status of my reservation", "please look up order 12"]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base, tokenizer, dirs = two_adapters(tmp_path_factory)
+    model = copy.deepcopy(base)
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="moe", gate_init_std=1.0, seed=3)
+    composition.moe_routing = "opening"
+    composition.tokenizer = tokenizer
+    return model, composition, tokenizer
+
+
+def conversation(request: str, later_turns: bool) -> list[Message]:
+    messages = [Message.system("You are a support agent."), Message.user(request)]
+    if later_turns:
+        messages += [Message.assistant("Which one?"), Message.user("the first one"), Message.assistant("done"), Message.user("thanks")]
+    return messages
+
+
+def test_each_episode_takes_the_slot_routing_accuracy_counts(setup):
+    _, composition, tokenizer = setup
+    conversations = [conversation(r, later_turns=i % 2 == 1) for i, r in enumerate(REQUESTS)]
+    weights = composition.weights_for(conversations, [[] for _ in conversations])
+    slots = predicted_slots(composition, tokenizer, [LabelledPrompt(m, [], "alpha") for m in conversations])
+    assert weights.argmax(dim=-1).tolist() == slots and len(set(slots)) >= 2  # the random gates disagree across openings
+    assert weights.sum(dim=-1).tolist() == [1.0] * len(conversations) and set(weights.flatten().tolist()) == {0.0, 1.0}
+    # later turns do not change an episode's slot: the opening alone decides it
+    assert composition.weights_for([conversation(r, later_turns=True) for r in REQUESTS]).equal(
+        composition.weights_for([conversation(r, later_turns=False) for r in REQUESTS]))
+    # from token ids (a served request), the same decision
+    chat = ChatFormat(tokenizer)
+    ids = [chat.prompt_ids(m, None) for m in conversations]
+    assert composition.weights_for_prompt_ids(ids).equal(weights)
+
+
+def test_the_opening_of_a_rendered_conversation_is_its_prompt_example(setup):
+    _, _, tokenizer = setup
+    chat = ChatFormat(tokenizer)
+    messages = conversation("cancel my reservation please", later_turns=True)
+    from_ids = opening_example_from_ids(tokenizer, chat.prompt_ids(messages, None))
+    expected = prompt_example(tokenizer, messages, [], 0)
+    assert (from_ids.input_ids, from_ids.label_mask) == (expected.input_ids, expected.label_mask)
+    assert 0 < sum(expected.label_mask) < len(expected.label_mask)  # the system prompt takes no vote
+    with pytest.raises(InputError, match="whole first user turn"):
+        opening_example_from_ids(tokenizer, chat.prompt_ids([Message.system("s")], None))
+
+
+def test_every_token_takes_the_episode_slot(setup):
+    model, composition, tokenizer = setup
+    chat = ChatFormat(tokenizer)
+    conversations = [conversation(r, later_turns=True) for r in REQUESTS[:2]]
+    weights = composition.weights_for(conversations)
+    for messages, row in zip(conversations, weights, strict=True):
+        ids = torch.tensor([chat.prompt_ids(messages, None)])
+        with torch.no_grad():
+            held = composition.composed_model(ids, routing_weights=row[None]).logits
+            with composition.routing(force_slots=int(row.argmax())):
+                forced = model(ids).logits
+            with composition.routing():
+                per_token = model(ids).logits
+        assert torch.allclose(held, forced, atol=1e-6) and not torch.allclose(held, per_token, atol=1e-4)
+
+
+def test_the_policy_routes_each_session_once_on_its_opening(setup):
+    model, composition, tokenizer = setup
+    policy = ComposedPolicy(model, tokenizer, max_new_tokens=3, seed=0, temperature=0.0)
+    sessions = [Session(messages=conversation(r, later_turns=False), tools=[]) for r in REQUESTS[:4]]
+    policy.act(sessions)
+    expected = predicted_slots(composition, tokenizer, [LabelledPrompt(s.messages[:2], [], "alpha") for s in sessions])
+    assert [max(s.info["routing"], key=s.info["routing"].get) for s in sessions] == [composition.slot_names[k] for k in expected]
+    routing = dict(sessions[0].info["routing"])
+    sessions[0].messages += [Message.user("and the other one")]
+    policy.act(sessions[:1])
+    assert sessions[0].info["routing"] == routing
+
+
+def test_without_weights_the_gates_route_each_token(setup):
+    model, composition, _ = setup
+    ids = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(0))
+    weights = torch.tensor([[0.0, 1.0, 0.0]])
+    with pytest.raises(InputError, match="force_slots and record act on the gates"), composition.routing(weights, force_slots=1):
+        pass
+    with torch.no_grad(), composition.routing() as call:  # without weights the gates route each token
+        model(ids)
+    assert all(s.shape == (1, 5) for s in call.slots)
+    composition.moe_routing = "token"
+    try:
+        assert composition.weights_for([conversation("cancel it", False)]) is None
+    finally:
+        composition.moe_routing = "opening"
