@@ -11,7 +11,9 @@ adapters of the base). Then, for every capability environment:
 2. `tracerl compose` machinery (`build_composition`) for the modes moe, router and merge;
 3. routing accuracy on held-out prompts (the openings of seeds eval_seed_start + i, i < --eval-episodes:
    the adapters' own held-out seeds), per environment;
-4. greedy held-out success of: the base, the capability's own adapter, and each composed model.
+4. greedy held-out success of: the base, the capability's own adapter, and each composed model
+   (moe with `--moe-routing token opening`: the same gates routing each token, and routing each
+   episode from its opening).
 
 The issue's targets: routing accuracy ≥ 90% (moe per-token majority, and the task router), and
 each composed model within 5 points of the capability's own adapter on every environment.
@@ -47,6 +49,8 @@ def main() -> None:
     ap.add_argument("--gate-seeds", type=int, nargs="+", default=[0],
                     help="moe: train the gates once per seed (minibatch order) and report each")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
+    ap.add_argument("--moe-routing", nargs="+", default=["token"], choices=["token", "opening"],
+                    help="moe: evaluate the composed model routed per token, at the opening, or both (same gates)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="the gates' LM loss on failed rollouts too (the label loss takes every rollout's opening anyway)")
     ap.add_argument("--stand-in-adapters", type=float, default=None, metavar="SCALE",
@@ -138,9 +142,12 @@ def main() -> None:
             votes = results.setdefault("moe_votes", {})[label] = votes_by_layer(composition, composed.tracerl_tokenizer, prompts)
             print(f"{label} votes", json.dumps(votes), flush=True)
         if evaluate:
-            policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
-            results["success"][f"composed {label}"] = {n: success(policy, n, None) for n in names}
-            print(label, json.dumps(results["success"][f"composed {label}"]), flush=True)
+            for routing in args.moe_routing if mode == "moe" else [None]:
+                variant = label if routing is None or args.moe_routing == ["token"] else f"{label} ({routing})"
+                composition.moe_routing = routing or "token"
+                policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
+                results["success"][f"composed {variant}"] = {n: success(policy, n, None) for n in names}
+                print(variant, json.dumps(results["success"][f"composed {variant}"]), flush=True)
 
     own = results["success"].get("own adapter", {})
     results["within_5_points"] = {
