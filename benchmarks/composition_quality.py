@@ -12,8 +12,7 @@ adapters of the base). Then, for every capability environment:
 3. routing accuracy on held-out prompts (the openings of seeds eval_seed_start + i, i < --eval-episodes:
    the adapters' own held-out seeds), per environment;
 4. greedy held-out success of: the base, the capability's own adapter, and each composed model
-   (moe with `--moe-routing token opening`: the same gates routing each token, and routing each
-   episode from its opening).
+   (moe with `--moe-routing token opening`: routed per token, and routed at the opening).
 
 The issue's targets: routing accuracy ≥ 90% (moe per-token majority, and the task router), and
 each composed model within 5 points of the capability's own adapter on every environment.
@@ -50,7 +49,8 @@ def main() -> None:
                     help="moe: train the gates once per seed (minibatch order) and report each")
     ap.add_argument("--modes", nargs="*", default=["moe", "router", "merge"])
     ap.add_argument("--moe-routing", nargs="+", default=["token"], choices=["token", "opening"],
-                    help="moe: evaluate the composed model routed per token, at the opening, or both (same gates)")
+                    help="moe: compose routed per token (gates trained per --gate-seeds), at the opening (gates "
+                         "fitted to the openings: nothing drawn, one run), or both")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="the gates' LM loss on failed rollouts too (the label loss takes every rollout's opening anyway)")
     ap.add_argument("--stand-in-adapters", type=float, default=None, metavar="SCALE",
@@ -118,12 +118,21 @@ def main() -> None:
     print(json.dumps(results["success"], indent=1), flush=True)
     del sampler, greedy, model
 
-    runs = [(m, s) for m in args.modes for s in (args.gate_seeds if m == "moe" else [0])]
-    for mode, seed in runs:
+    runs = []  # (mode, gate seed, moe routing)
+    for mode in args.modes:
+        if mode != "moe":
+            runs.append((mode, 0, "token"))
+            continue
+        if "token" in args.moe_routing:
+            runs += [("moe", seed, "token") for seed in args.gate_seeds]
+        if "opening" in args.moe_routing:
+            runs.append(("moe", 0, "opening"))
+    for mode, seed, routing in runs:
         label = mode if len(args.gate_seeds) == 1 or mode != "moe" else f"moe seed {seed}"
+        label = "moe at the opening" if routing == "opening" else label
         out = args.out / label.replace(" ", "-")
         options = ComposeOptions(mode=mode, capabilities=capabilities, trajectories=[str(args.out / "rollouts.jsonl")],
-                                 heldout_fraction=0.0,
+                                 heldout_fraction=0.0, moe_routing=routing,
                                  # untrained stand-ins rarely succeed: routing-only runs take the LM loss on every rollout
                                  lm_on_all=args.all_rollouts or args.stand_in_adapters is not None, gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
                                                                           label_loss_coef=args.label_loss_coef, lm_loss_coef=args.lm_loss_coef,
@@ -142,12 +151,9 @@ def main() -> None:
             votes = results.setdefault("moe_votes", {})[label] = votes_by_layer(composition, composed.tracerl_tokenizer, prompts)
             print(f"{label} votes", json.dumps(votes), flush=True)
         if evaluate:
-            for routing in args.moe_routing if mode == "moe" else [None]:
-                variant = label if routing is None or args.moe_routing == ["token"] else f"{label} ({routing})"
-                composition.moe_routing = routing or "token"
-                policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
-                results["success"][f"composed {variant}"] = {n: success(policy, n, None) for n in names}
-                print(variant, json.dumps(results["success"][f"composed {variant}"]), flush=True)
+            policy = ComposedPolicy(composed, temperature=0.0, seed=0, name=spec.model_name, max_new_tokens=args.max_new_tokens)
+            results["success"][f"composed {label}"] = {n: success(policy, n, None) for n in names}
+            print(label, json.dumps(results["success"][f"composed {label}"]), flush=True)
 
     own = results["success"].get("own adapter", {})
     results["within_5_points"] = {

@@ -113,3 +113,33 @@ def test_without_weights_the_gates_route_each_token(setup):
         assert composition.weights_for([conversation("cancel it", False)]) is None
     finally:
         composition.moe_routing = "opening"
+
+
+def test_the_gates_fitted_to_the_openings_route_held_out_openings(setup):
+    """Two capabilities whose requests share every word but one: fitted layer by layer, the gates
+    route held-out openings of both right, and the fit draws nothing (two fits, same gates)."""
+    from tracerl.composition.opening_fit import fit_gates_to_openings
+    from tracerl.composition.training import GateTrainingConfig
+
+    _, composition, tokenizer = setup
+    words = {"alpha": "cancel", "beta": "look up"}
+    def openings(ks):
+        return [LabelledPrompt(conversation(f"please {w} the order {k}", later_turns=False), [], cap)
+                for cap, w in words.items() for k in ks]
+    train = [prompt_example(tokenizer, p.messages, [], composition.slot_of(p.capability)) for p in openings(range(12))]
+    saved = [g.state_dict() for g in composition.gates]
+    try:
+        first = fit_gates_to_openings(composition, train, GateTrainingConfig(max_steps=50))
+        weights = [g.weight.detach().clone() for g in composition.gates]
+        assert [r["layer"] for r in first] == [0, 1] and all(r["tokens"] > 0 for r in first)
+        # the tokens before the word that differs cannot tell (the model is causal); the majority can
+        assert 0.5 < first[-1]["token_routing_accuracy"] < 1.0
+        held_out = openings(range(100, 106))
+        assert predicted_slots(composition, tokenizer, held_out) == [composition.slot_of(p.capability) for p in held_out]
+        again = fit_gates_to_openings(composition, train, GateTrainingConfig(max_steps=50, seed=7))
+        assert again == first and all(torch.equal(g.weight, w) for g, w in zip(composition.gates, weights, strict=True))
+        with pytest.raises(InputError, match="no openings"):
+            fit_gates_to_openings(composition, [], GateTrainingConfig())
+    finally:
+        for g, state in zip(composition.gates, saved, strict=True):
+            g.load_state_dict(state)

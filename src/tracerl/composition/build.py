@@ -4,7 +4,8 @@
    capabilities.json when given, else the adapter directory names).
 2. Split the labelled trajectories (each with `info["capability"]`) per capability into a
    training part and a held-out part (seeded).
-3. moe: train the gates on the training part's successful trajectories.
+3. moe routed per token: train the gates on the training part (`training.train_gates`); routed at
+   the opening: fit them, layer by layer, to the training part's openings (`opening_fit`).
    router / merge: set up the task router and calibrate its label head on the training part's
    first user turns (`router_fit`; off: the pure zero-shot router).
 4. Measure routing accuracy on the held-out prompts; write gates.safetensors and composition.json.
@@ -22,7 +23,8 @@ from tracerl.composition.accuracy import prompts_from_trajectories, routing_accu
 from tracerl.composition.adapters import LoRAAdapter, load_adapter
 from tracerl.composition.artifact import load_base, save_composed, spec_for
 from tracerl.composition.composed import MODES, MOE_ROUTINGS, Composition, adapter_capability, compose
-from tracerl.composition.examples import examples_from_trajectories
+from tracerl.composition.examples import examples_from_trajectories, prompt_example
+from tracerl.composition.opening_fit import fit_gates_to_openings
 from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
 from tracerl.contracts import CapabilitiesFile, Capability, CompositionSpec
@@ -152,6 +154,11 @@ def _train(composition: Composition, tokenizer, train: list[Trajectory], options
     if not train:
         return None
     slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
+    if composition.moe_routing == "opening":
+        openings = [prompt_example(tokenizer, t.messages, t.tools, slot_of[str(t.info["capability"])]) for t in train]
+        layers = fit_gates_to_openings(composition, openings, options.gate, on_log=on_log)
+        return {"method": "opening fit, layer by layer (L-BFGS)", "max_iter": options.gate.max_steps,
+                "examples": len(openings), "layers": layers}
     examples = examples_from_trajectories(tokenizer, train, slot_of, lm_on_all=options.lm_on_all)
     if not examples:
         raise InputError("no training trajectories to train the gates on")

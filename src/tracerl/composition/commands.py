@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         capabilities: str = typer.Option(None, "--capabilities", help="capabilities.json naming and describing the adapters' capabilities."),
         trajectories: list[str] = typer.Option(None, "--trajectories", help="Rollout JSONL files with info.capability: gate training and held-out routing accuracy."),
         heldout_fraction: float = typer.Option(0.2, help="Share of each capability's trajectories held out for routing accuracy."),
-        max_steps: int = typer.Option(100, help="Gate-training steps (moe)."),
+        max_steps: int = typer.Option(100, help="Gate-training steps (moe); routed at the opening, each layer's L-BFGS iterations."),
         learning_rate: float = typer.Option(1e-2, help="Gate learning rate (moe)."),
         lr_scheduler_type: str = typer.Option("linear", help="Gate learning-rate schedule: linear (to 0) | cosine | constant (moe)."),
         per_device_train_batch_size: int = typer.Option(8, help="Sequences per gate-training step (moe)."),
@@ -71,10 +71,15 @@ def register(app: typer.Typer) -> None:
                                trajectories=[Path(t) for t in trajectories or []])
         console = Console(stderr=True)
         with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("training gates", total=max_steps, visible=mode == "moe" and bool(trajectories))
+            per_layer = moe_routing == "opening"  # the gates are fitted one layer at a time
+            task = progress.add_task("training gates", total=None if per_layer else max_steps,
+                                     visible=mode == "moe" and bool(trajectories))
 
             def on_log(record: dict) -> None:
-                progress.update(task, completed=record["step"], description=f"training gates (loss {record['loss']:.3f})")
+                if per_layer:
+                    progress.update(task, description=f"fitted the gate of layer {record['layer']} (label loss {record['label_loss']:.3f})")
+                else:
+                    progress.update(task, completed=record["step"], description=f"training gates (loss {record['loss']:.3f})")
 
             run = run_compose(inputs, config, {mode: out}, seed=seed, names={mode: name} if name else None,
                               labels=labels.split(",") if labels else None, router_fit=not zero_shot,
