@@ -355,11 +355,14 @@ def metrics_text(rows: list[dict[str, Any]]) -> str:
 class GateKept(Record):
     trajectories: int = Field(description="Rollouts whose tokens take the gates' LM loss (every one's opening takes the label loss).")
     of: int = Field(description="Rollouts played.")
-    source: str = Field(description="'successful', or the best reward kept when none succeeded.")
+    source: str = Field(description="'successful', the best reward kept when none succeeded, or 'openings'.")
+    openings: int = Field(0, description="Openings read from the environment's reset, no episode played: all "
+                                         "the router and gates routed at the opening learn from.")
 
 
 class GateData(Contract):
-    """gate_data/summary.json: the adapters' rollouts on their own environments that train the gates."""
+    """gate_data/summary.json: what the router and gates learn from — the adapters' rollouts on their
+    own environments, or (when no composition needs whole episodes) those environments' openings."""
 
     rollouts: int = Field(description="Rollouts played for gate training (they count in TRACE's budget).")
     kept: dict[str, GateKept]

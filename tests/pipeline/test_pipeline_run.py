@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases (pytest run
 from contract_cases import check_workspace
 
 from tracerl.cli import main
-from tracerl.contracts import EnvIndex
+from tracerl.contracts import EnvIndex, read_metrics
 from tracerl.core.io import read_json
 
 SMALL = """
@@ -28,7 +28,7 @@ synthesize: {calibration_seeds: 2, group_size: 4, max_rounds: 1, bands: {min_rew
 train: {num_generations: 4, groups_per_step: 2, max_steps: 2, eval_steps: 2, eval_episodes: 2, max_resample_tries: 1,
         learning_rate: 0.002, lora: {r: 4, lora_alpha: 8}}
 train_rejected: true      # the bands above reject every environment: train them anyway, marked in the report
-compose: {episodes_per_capability: 4, gate: {max_steps: 2}}
+compose: {moe_routing: opening, episodes_per_capability: 4, gate: {max_steps: 20}}   # the demo's composition
 baselines: {single_adapters: false}
 eval: {tasks: 8, bootstrap: 100}
 """
@@ -65,7 +65,10 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     for variant in ("base", "trace_moe", "trace_router", "grpo_target", "prompt_capabilities"):
         assert 0.0 <= report["evaluation"][variant]["pass1"]["mean"] <= 1.0
     trace_budget = report["evaluation"]["trace_moe"]["rollouts_used"]
-    assert trace_budget > 0
+    # routed at the opening, the gates and the router learn from the openings: the gate data plays nothing
+    assert read_json(ws / "gate_data" / "summary.json")["rollouts"] == 0
+    built = EnvIndex.read(ws / "envs" / "index.json").built()
+    assert trace_budget == sum(read_metrics(ws / "adapters" / c / "metrics.jsonl")[-1].rollouts_used for c in built) > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
     assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())

@@ -7,7 +7,9 @@ The gates (moe) and the router's label head (router, merge) train on labelled ro
 by each adapter on its own capability's environment (the pipeline: `ComposeInputs.envs`) and written
 to a gate-data folder. Every rollout's opening takes the gates' label loss; the LM loss goes to each
 capability's successful rollouts, or for an adapter with no success its best-rewarded ones
-(`examples.lm_kept`).
+(`examples.lm_kept`). When no composition learns from whole episodes (router, merge, moe routed at
+the opening: `needs_gate_rollouts`), the gate data is the environments' openings and no episode is
+played, so it costs no rollouts.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tracerl.composition.training import GateTrainingConfig
 from tracerl.contracts import CompositionSpec, GateData, GateKept
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
+from tracerl.core.trajectory import Trajectory
 
 Mode = Literal["moe", "router", "merge"]
 MODES: tuple[str, ...] = typing.get_args(Mode)
@@ -35,8 +38,10 @@ class ComposeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     modes: list[Mode] = Field(default_factory=lambda: ["moe", "router"], description="compositions to build and evaluate")
-    episodes_per_capability: int = Field(32, ge=1, description="adapter rollouts per capability environment "
-                                         "whose successes train the gates (counted in TRACE's rollout budget)")
+    episodes_per_capability: int = Field(32, ge=1, description="gate-data episodes per capability environment: "
+                                         "its adapter's rollouts when a composition learns from whole episodes "
+                                         "(moe routed per token; they count in TRACE's rollout budget), else the "
+                                         "episodes' openings (nothing played)")
     heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
     top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
     moe_routing: Literal["token", "opening"] = Field(
@@ -62,30 +67,56 @@ class ComposeRun:
     gate_data: GateData | None = None
 
 
-def roll_gate_data(envs: dict[str, Path], policy: Policy, episodes: int, out_dir: Path, *,
-                   batch_size: int = 64) -> tuple[GateData, list[Path]]:
-    """`episodes` rollouts of each capability's adapter (loaded into `policy` under the capability's
-    name) on its environment, all to `out_dir/<capability>.jsonl` labelled with the capability (each
+def needs_gate_rollouts(config: ComposeConfig) -> bool:
+    """Whether a composition of `config` learns from whole episodes: only moe routed per token (its
+    gates' LM loss). The router's label head and gates routed at the opening learn from the openings."""
+    return "moe" in config.modes and config.moe_routing == "token"
+
+
+def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], episodes: int, out_dir: Path, *,
+                   batch_size: int = 64, openings_only: bool = False) -> tuple[GateData, list[Path]]:
+    """`episodes` rollouts of each capability's adapter (loaded into `make_policy()`, built once when
+    first needed, under the capability's name) on its environment, all to `out_dir/<capability>.jsonl` labelled with the capability (each
     opening trains the gates' label), and how many of them take the LM loss (`lm_kept`) to
-    `out_dir/summary.json`."""
+    `out_dir/summary.json`. With `openings_only`, an environment whose opening holds the first user
+    turn gives its openings instead (`env.reset` of the same seeds): no episode is played."""
     from tracerl.core.io import write_jsonl
     from tracerl.envs.runner import Episode, rollout
     from tracerl.synthesis.envdir import load_env_dir
 
     paths, rollouts, kept = [], 0, {}
+    policy: Policy | None = None
     for cap, env_dir in envs.items():
         seeds = [GATE_SEED_OFFSET + i for i in range(episodes)]
-        trajs = rollout(load_env_dir(env_dir), policy, [Episode(seed=s, adapter=cap) for s in seeds],
-                        batch_size=batch_size)
-        rollouts += len(trajs)
-        good, source = lm_kept(trajs)
-        kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
+        make_env = load_env_dir(env_dir)
+        trajs = openings(make_env, seeds) if openings_only else None
+        if trajs is not None:
+            kept[cap] = GateKept(trajectories=0, of=0, source="openings", openings=len(trajs))
+        else:
+            policy = policy or make_policy()
+            trajs = rollout(make_env, policy, [Episode(seed=s, adapter=cap) for s in seeds], batch_size=batch_size)
+            rollouts += len(trajs)
+            good, source = lm_kept(trajs)
+            kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
         path = out_dir / f"{cap}.jsonl"
         write_jsonl(path, [t.model_copy(update={"info": {**t.info, "capability": cap}}) for t in trajs])
         paths.append(path)
     data = GateData(rollouts=rollouts, kept=kept)
     data.write(out_dir / "summary.json")
     return data, paths
+
+
+def openings(make_env: Callable[[], Any], seeds: list[int]) -> list[Trajectory] | None:
+    """Each seed's opening (`env.reset`) as an unplayed trajectory; None when an opening has no user turn."""
+    out = []
+    for seed in seeds:
+        env = make_env()
+        messages, info = env.reset(seed=seed)
+        if not any(m.role == "user" for m in messages):
+            return None
+        out.append(Trajectory(task_id=str(info.get("task_id", seed)), domain=env.name, seed=seed, messages=messages,
+                              tools=env.tools, termination="opening"))
+    return out
 
 
 def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Path], *, seed: int,
@@ -105,8 +136,9 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
     if inputs.envs:
         if trajectories or gate_dir is None or make_policy is None:
             raise InputError("gate data is either given (trajectories) or rolled out (envs, gate_dir, make_policy)")
-        gate_data, trajectories = roll_gate_data(inputs.envs, make_policy(), config.episodes_per_capability,
-                                                 gate_dir, batch_size=batch_size)
+        rolled = needs_gate_rollouts(config)
+        gate_data, trajectories = roll_gate_data(inputs.envs, make_policy, config.episodes_per_capability,
+                                                 gate_dir, batch_size=batch_size, openings_only=not rolled)
     specs = {}
     for mode in config.modes:
         options = ComposeOptions(

@@ -9,8 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tracerl.core.messages import Action, Message, ToolCall, tool_calls_of
 from tracerl.core.tools import ToolSchema
 
-# τ²-bench termination reasons, plus ours. Only user_stop and agent_stop can score above 0.
-TERMINATIONS = ("user_stop", "agent_stop", "max_turns", "max_steps", "too_many_errors", "error")
+# τ²-bench termination reasons, plus ours ("opening": not played, the task's opening alone, as gate
+# data). Only user_stop and agent_stop can score above 0.
+TERMINATIONS = ("user_stop", "agent_stop", "max_turns", "max_steps", "too_many_errors", "error", "opening")
 
 
 class TokenRecord(BaseModel):
