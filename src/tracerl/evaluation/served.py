@@ -8,8 +8,8 @@ served adapter's next-token log-probs must equal those of the local model with t
 within `TOLERANCE` nats — else one line, exit 2, and no episode is played. After the evaluation the
 adapter is unloaded and its copy removed.
 
-Composed variants (MoE and router: gates mixing several adapters per token) are no single LoRA a
-vLLM server can load: they are evaluated in-process, and the stage prints `LOCAL_NOTE` saying so
+Composed variants (MoE and router: several adapters in one model, chosen per token or per episode)
+are no single LoRA a vLLM server can load: they are evaluated in-process, and the stage prints `LOCAL_NOTE` saying so
 (an error would stop every run with a server before its main result).
 """
 
