@@ -115,15 +115,14 @@ def routed(composition: Composition, routing_weights: torch.Tensor | None = None
     that slot is decided). router / merge: `routing_weights` (batch, N+1) is required; with
     `repeat_rows`, a batch that is k times as long uses each row for k consecutive sequences.
     """
-    if composition.mode == "moe" and routing_weights is None:
-        pass
-    elif composition.mode == "moe" and composition.moe_routing != "opening":
-        raise InputError("a moe composition routed per token takes no routing_weights (they are for router/merge, "
-                         "or moe routed at the opening)")
-    else:
-        if routing_weights is None:
+    if routing_weights is None:
+        if composition.mode != "moe":
             raise InputError(f"a {composition.mode} composition routes by explicit routing_weights (batch, "
                              f"{composition.num_slots}): composition.weights_for(conversations), or use ComposedPolicy")
+    else:
+        if composition.mode == "moe" and composition.moe_routing != "opening":
+            raise InputError("a moe composition routed per token takes no routing_weights (they are for router/merge, "
+                             "or moe routed at the opening)")
         if routing_weights.dim() != 2 or routing_weights.shape[1] != composition.num_slots:
             raise InputError(f"routing_weights must be (batch, {composition.num_slots}), got {tuple(routing_weights.shape)}")
         if force_slots is not None or record:
