@@ -76,8 +76,9 @@ def needs_gate_rollouts(config: ComposeConfig) -> bool:
 def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], episodes: int, out_dir: Path, *,
                    batch_size: int = 64, openings_only: bool = False) -> tuple[GateData, list[Path]]:
     """`episodes` rollouts of each capability's adapter (loaded into `make_policy()`, built once when
-    first needed, under the capability's name) on its environment, all to `out_dir/<capability>.jsonl` labelled with the capability (each
-    opening trains the gates' label), and how many of them take the LM loss (`lm_kept`) to
+    first needed, under the capability's name) on its environment, all to `out_dir/<capability>.jsonl`
+    labelled with the capability (each opening trains the gates' label), and how many of them take the
+    LM loss (`lm_kept`) to
     `out_dir/summary.json`. With `openings_only`, an environment whose opening holds the first user
     turn gives its openings instead (`env.reset` of the same seeds): no episode is played."""
     from tracerl.core.io import write_jsonl
