@@ -3,8 +3,9 @@
 They need a Python ≥ 3.12 with τ²-bench (scripts/test.sh builds `.venv-tau2` with it — public
 source github.com/sierra-research/tau2-bench — and sets TRACERL_REQUIRE_TAU2=1, which turns a
 missing τ²-bench into a failure instead of a skip) and τ²-bench's data: its mock and retail domains
-and the user simulator's guidelines, copied into tests/data/tau2 (PROVENANCE.md there). The user simulator (and, for
-`tau2 run`, the agent) is the tiny agent served on loopback by `tracerl serve`'s server.
+and the user simulator's guidelines, copied into tests/data/tau2 (PROVENANCE.md there). The user
+simulator (and, for `tau2 run`, the agent) is the tiny agent served on loopback by `tracerl serve`'s
+server.
 """
 
 from __future__ import annotations
