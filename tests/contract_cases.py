@@ -33,8 +33,8 @@ def samples() -> dict:
     """One instance of each contract file, as its stage would write it (small, made-up figures)."""
     from tracerl.contracts import (
         AdapterRef, CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats, Capability, CapabilitiesFile,
-        CheckReport, CheckResult, CompositionSpec, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
-        TrainRun,
+        CheckReport, CheckResult, CompositionSpec, CurvePoint, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
+        TraceCurve, TrainRun,
     )
     from tracerl.evaluation.stats import Interval
     from tracerl.synthesis.target import load_target
@@ -82,6 +82,8 @@ def samples() -> dict:
                                                                                             source="successful")}),
         "composed/composition.json": composition,
         "eval/adapter-tool_call_precision.json": evaluation,
+        "curve/curve.json": TraceCurve(variant="trace_moe", composed="../composed", eval_seed_start=1_000_000,
+                                       points=[CurvePoint(step=0, rollouts=4, passed=1, episodes=2)]),
         "report/report.json": ReportSummary(
             workspace="ws", headline=Headline(trace=None, base=None, grpo_target=None, prompt_capabilities=None,
                                               trace_vs_grpo_target=None, routing_accuracy=1.0),
@@ -107,7 +109,7 @@ def check_workspace(ws: Path) -> dict[str, int]:
     that has none. Returns how many files each contract read."""
     from tracerl.contracts import (
         CalibrationResult, CapabilitiesFile, CheckReport, CompositionSpec, EnvIndex, EnvSpec, EvalResult, GateData,
-        ReportSummary, TargetFile, TrainRun, read_metrics,
+        ReportSummary, TargetFile, TraceCurve, TrainRun, read_metrics,
     )
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
@@ -128,6 +130,8 @@ def check_workspace(ws: Path) -> dict[str, int]:
         ("gate_data/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("composed*/composition.json", CompositionSpec.read),
         ("eval/*.json", EvalResult.read),
+        ("curve/curve.json", TraceCurve.read),
+        ("curve/*/composition.json", CompositionSpec.read),
         ("eval/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("report/report.json", ReportSummary.read),
     ]

@@ -12,6 +12,7 @@
     gate_data/summary.json                 GateData — step 4 (the pipeline)
     composed*/composition.json             CompositionSpec — step 4, `tracerl compose`
     eval/<variant>.json                    EvalResult — `tracerl eval`
+    curve/curve.json                       TraceCurve — TRACE's sample-efficiency points (the pipeline)
     report/report.json                     ReportSummary — `tracerl report`
 
 Every model here forbids fields it does not know, so a writer and a reader cannot drift apart:
@@ -453,6 +454,39 @@ class EvalResult(Contract):
         return value
 
 
+class CurvePoint(Record):
+    """TRACE's composed model at one intermediate budget, on the held-out target episodes."""
+
+    step: int = Field(ge=0, description="GRPO steps every adapter had taken: their snapshots at this step were composed.")
+    rollouts: int = Field(ge=0, description="Rollouts consumed there: every adapter's rollouts_used at this step "
+                          "plus the gate-data rollouts (counted as in TRACE's final budget).")
+    passed: int = Field(ge=0, description="Held-out episodes that passed.")
+    episodes: int = Field(ge=1, description="Held-out episodes played (train.eval_episodes), greedy.")
+
+    @property
+    def success(self) -> float:
+        return self.passed / self.episodes
+
+    @model_validator(mode="after")
+    def _passed_within_played(self) -> CurvePoint:
+        if self.passed > self.episodes:
+            raise ValueError(f"{self.passed} passed of {self.episodes} episodes")
+        return self
+
+
+class TraceCurve(Contract):
+    """curve/curve.json: TRACE's held-out target success at the budgets before its final one, measured as
+    GRPO-on-target's eval_success is (the same seeds of the target's test split, as many, greedy)."""
+
+    variant: str = Field(description="The TRACE variant whose composition was reused (trace_moe, else trace_router, "
+                         "else trace_merge: the report's TRACE).")
+    composed: str = Field(description="Its composed directory, relative to this file's folder: its gates or router, "
+                          "fitted to the final adapters, route every point's snapshots.")
+    eval_seed_start: int = Field(description="Held-out seeds eval_seed_start + i, i below each point's episodes.")
+    points: list[CurvePoint] = Field(description="By step; the final adapters' budget is the eval stage's (eval/<variant>.json).")
+    note: str | None = Field(None, description="Why there are no points (e.g. no snapshots, evaluation off).")
+
+
 def eval_file_stem(variant: str) -> str:
     """eval/<stem>.json of a variant: ':' becomes '-' (`adapter:x` → `adapter-x`)."""
     return variant.replace(":", "-")
@@ -556,10 +590,12 @@ class Headline(Record):
 
 
 class SampleEfficiency(Record):
-    source: str
-    trace: list[tuple[float, float]] = Field(description="(rollouts, pass^1) points.")
-    grpo_target: list[tuple[float, float]]
-    adapters: list[tuple[float, float]]
+    source: str = Field(description="Where each curve's points come from, in words.")
+    trace: list[tuple[float, float]] = Field(description="(rollouts, pass rate) by rollouts: curve/curve.json's "
+                                             "held-out points, then pass^1 on the test tasks at TRACE's budget.")
+    grpo_target: list[tuple[float, float]] = Field(description="The same for GRPO on the target: its eval_success "
+                                                   "rows, then its pass^1 at its budget.")
+    adapters: list[tuple[float, float]] = Field(description="Each adapter alone: (its rollouts, its pass^1).")
 
 
 class Outcome(Record):

@@ -1,6 +1,6 @@
 """`tracerl run`: the whole TRACE loop as resumable stages in one workspace folder.
 
-    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target
+    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → curve
     → eval:<variant>… → report
 
 Each stage reads only earlier stages' files, writes its own atomically and is skipped when its
@@ -15,10 +15,12 @@ Workspace layout:
     rollouts/base.jsonl              base-agent rollouts on the target's train split
     capabilities.json, labels/       step 1
     envs/<capability>/               step 2 (env.json, calibration.json)
-    adapters/<capability>/           step 3 (PEFT adapter, metrics.jsonl, checkpoints)
+    adapters/<capability>/           step 3 (PEFT adapter, metrics.jsonl, checkpoints, snapshots/step_<n>/)
     gate_data/<capability>.jsonl     adapter rollouts that train the gates
     composed/, composed_router/      step 4 (composition.json, gates.safetensors)
     baselines/grpo_target/           GRPO on the target with TRACE's rollout budget
+    curve/                           TRACE at the adapters' earlier evaluation steps, on GRPO's held-out episodes
+                                     (curve.json; step_<n>/: the composition of the snapshots of step n)
     eval/<variant>.json|.jsonl       held-out evaluation
     eval/tau2/<variant>.json         the same episodes as τ²-bench's results file (a tau2:<domain> target)
     report/index.html, report.json   the report
@@ -45,7 +47,7 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.stage import EvalVariant
 from tracerl.stages import Stage, View, is_complete, run_stage
 
-STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "eval", "report")
+STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "curve", "eval", "report")
 COMPOSED_DIRS = {"moe": "composed", "router": "composed_router", "merge": "composed_merge"}
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {
@@ -55,6 +57,7 @@ SECTIONS = {
     "train": ["model", "rollout", "train"],
     "compose": ["seed", "model", "rollout", "compose"],
     "grpo_target": ["model", "rollout", "target", "train"],
+    "curve": ["rollout", "target", "train", "compose"],
     "eval": ["seed", "model", "rollout", "target", "eval"],
     "report": [],  # it reads the workspace, config.yaml included
 }
@@ -113,12 +116,17 @@ class Pipeline:
             out.append(self.stage("grpo_target", adapters + ["gate_data/summary.json"] + target_files,
                                   ["baselines/grpo_target/adapter_model.safetensors",
                                    "baselines/grpo_target/metrics.jsonl"]))
+        if cfg.compose.modes:
+            mode = trace_mode(cfg.compose.modes)
+            out.append(self.stage("curve", [COMPOSED_DIRS[mode], "gate_data/summary.json"] + target_files
+                                  + [f"adapters/{c}/{f}" for c in caps for f in ("metrics.jsonl", "snapshots")],
+                                  ["curve/curve.json"]))
         for variant, inputs in self.variants().items():
             out.append(self.stage(f"eval:{variant}", inputs + target_files, [f"eval/{eval_file_stem(variant)}.json"],
                                   variant))
         metrics = [f"adapters/{c}/metrics.jsonl" for c in caps] + ["baselines/grpo_target/metrics.jsonl"]
         out.append(self.stage("report", ["config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "eval",
-                                         "gate_data/summary.json"] + metrics
+                                         "gate_data/summary.json", "curve/curve.json"] + metrics
                               + [f"{COMPOSED_DIRS[m]}/composition.json" for m in cfg.compose.modes],
                               ["report/index.html", "report/report.json"]))
         return out
@@ -338,6 +346,19 @@ class StageFunctions:
         return self._train_adapter(c, env, self.path("baselines/grpo_target"), label="grpo_target",
                                    max_rollouts=self.trace_rollouts())
 
+    def curve(self, c: View) -> dict[str, Any]:
+        from tracerl.evaluation.curve import CurveInputs, run_curve
+
+        mode = trace_mode(c.compose.modes)
+        gate = self.path("gate_data/summary.json")
+        inputs = CurveInputs(variant=TRACE_VARIANTS[mode], composed=self.path(COMPOSED_DIRS[mode]),
+                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.built_envs()},
+                             gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0)
+        with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
+            curve = run_curve(inputs, train_config(c.train, c.rollout), self.target_env(c, "test"), self.path("curve"),
+                              on_done=bar.advance)
+        return {"points": [[p.rollouts, p.success] for p in curve.points], "note": curve.note}
+
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
         from tracerl.evaluation.stage import run_evaluate
 
@@ -392,6 +413,11 @@ class StageFunctions:
 
         report = build_report(self.ws)
         return {"html": str(report.html_path)}
+
+
+def trace_mode(modes: list[str]) -> str:
+    """The composition mode whose variant is the report's TRACE: the first of `TRACE_VARIANTS` composed."""
+    return next(m for m in TRACE_VARIANTS if m in modes)
 
 
 def _llm_config(c: View):

@@ -89,10 +89,10 @@ def run(
     config: Path = typer.Argument(..., help="Run config (YAML); see configs/ and `tracerl.config`."),
     workspace: Path = typer.Option(..., "--workspace", "-w", help="The run's folder (created; reused to resume)."),
     force: list[str] = typer.Option([], "--force", help="Redo this stage (collect, select, synthesize, train, "
-                                    "compose, grpo_target, eval, report, or one like train:CAPABILITY). Repeatable."),
+                                    "compose, grpo_target, curve, eval, report, or one like train:CAPABILITY). Repeatable."),
     as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
 ) -> None:
-    """Run TRACE end to end: collect → select → synthesize → train → compose → eval → report (resumable)."""
+    """Run TRACE end to end: collect → select → synthesize → train → compose → curve → eval → report (resumable)."""
     _run(config, workspace, force, None, as_json)
 
 
@@ -109,18 +109,20 @@ def demo(
 
 def evaluate(
     workspace: Path = typer.Option(..., "--workspace", "-w", help="A workspace whose training stages are done."),
-    force: bool = typer.Option(False, "--force", help="Re-evaluate every variant."),
+    force: bool = typer.Option(False, "--force", help="Re-evaluate every variant and TRACE's curve points."),
     server: Optional[str] = typer.Option(None, "--server", help="OpenAI-compatible vLLM server(s) (URL[,URL…]) "
                                          "for the evaluation rollouts, each adapter hot-swapped and checked there "
                                          "(composed variants stay in-process); default: the config's model.server_url"),
     as_json: bool = typer.Option(False, "--json", help="Print the stage log as JSON on stdout."),
 ) -> None:
-    """Evaluate every variant of a run on the held-out test tasks, then rebuild the report."""
+    """Evaluate every variant of a run on the held-out test tasks (and TRACE's sample-efficiency points), then
+    rebuild the report."""
     single_process("eval", workspace / "config.yaml", workspace)
     config = workspace / "config.yaml"
     if not config.exists():
         raise InputError("not a tracerl workspace (no config.yaml)", path=str(workspace))
-    _run(config, workspace, ["eval"] if force else [], {"eval", "report"}, as_json, command="eval", eval_server=server)
+    _run(config, workspace, ["curve", "eval"] if force else [], {"curve", "eval", "report"}, as_json, command="eval",
+         eval_server=server)
 
 
 def register(app: typer.Typer) -> None:

@@ -292,13 +292,41 @@ def test_the_answer_reads_the_paired_intervals(diff, vs_grpo, grpo_rollouts, exp
 
 def test_sample_efficiency_derived_from_variants_and_grpo_metrics(built):
     se = load_summary(built[0])["sample_efficiency"]
-    assert se["source"].startswith("derived")
+    assert "(no earlier point: curve/curve.json not written yet)" in se["source"]
     assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
     # GRPO: its eval_success rows (steps 0, 5, 10 → rollouts 0, 320, 640), then its test pass^1 at its budget.
     rows = metrics_rows(10, 0.33, 0.4)
     expected = [[r["rollouts_used"], r["eval_success"]] for r in rows if "eval_success" in r] + [[2120, 5 / 12]]
     assert se["grpo_target"] == [[x, pytest.approx(y)] for x, y in expected]
     assert se["adapters"] == [[640, pytest.approx(p)] for p in sorted([5 / 12, 4 / 12, 4 / 12])]
+
+
+def test_trace_curve_points_come_before_traces_final_pass1(tmp_path):
+    from tracerl.contracts import CurvePoint, TraceCurve
+
+    ws = make_workspace(tmp_path)
+    curve = TraceCurve(variant="trace_moe", composed="../composed", eval_seed_start=1_000_000, points=[
+        CurvePoint(step=0, rollouts=0, passed=8, episodes=32), CurvePoint(step=5, rollouts=960, passed=12, episodes=32)])
+    curve.write(ws / "curve" / "curve.json")
+    se = summary_of(ws)["sample_efficiency"]
+    # the curve's own point at 0 (8 of 32), not the base's 4 of 12; then 12 of 32 at 960; then trace_moe's 7 of 12
+    assert se["trace"] == [[0, 0.25], [960, 0.375], [2120, pytest.approx(7 / 12)]]
+    assert se["grpo_target"][0] == [0, pytest.approx(0.33)]  # GRPO's own step-0 row
+    assert ("TRACE: 2 points of curve/curve.json (the trace_moe composition of the adapters' snapshots at steps 0, 5, "
+            "its gates or router reused; 32 held-out target episodes each, greedy), then eval/trace_moe.json's "
+            "pass^1 at its whole budget") in se["source"]
+    assert "GRPO on the target: 3 eval_success rows of baselines/grpo_target/metrics.jsonl" in se["source"]
+    # without a point at 0, the base's pass^1 stands there, as for GRPO
+    curve.model_copy(update={"points": curve.points[1:]}).write(ws / "curve" / "curve.json")
+    assert summary_of(ws)["sample_efficiency"]["trace"] == [[0, pytest.approx(4 / 12)], [960, 0.375],
+                                                             [2120, pytest.approx(7 / 12)]]
+    # a curve of another composition than the report's TRACE is not drawn as TRACE's
+    curve.model_copy(update={"variant": "trace_router"}).write(ws / "curve" / "curve.json")
+    se = summary_of(ws)["sample_efficiency"]
+    assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
+    assert "(no earlier point: curve/curve.json measures trace_router, not trace_moe)" in se["source"]
+    curve.model_copy(update={"points": [], "note": "train.eval_episodes is 0"}).write(ws / "curve" / "curve.json")
+    assert "(no earlier point: train.eval_episodes is 0)" in summary_of(ws)["sample_efficiency"]["source"]
 
 
 def test_report_is_deterministic_and_a_bad_input_leaves_it_untouched(tmp_path):

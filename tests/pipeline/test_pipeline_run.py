@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases (pytest run
 from contract_cases import check_workspace
 
 from tracerl.cli import main
-from tracerl.contracts import EnvIndex, read_metrics
+from tracerl.contracts import EnvIndex, TraceCurve, read_metrics
 from tracerl.core.io import read_json
 
 SMALL = """
@@ -70,6 +70,15 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     built = EnvIndex.read(ws / "envs" / "index.json").built()
     assert trace_budget == sum(read_metrics(ws / "adapters" / c / "metrics.jsonl")[-1].rollouts_used for c in built) > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
+    # TRACE's curve: the composition of the adapters' step-0 snapshots (max_steps 2 = eval_steps: step 2 is
+    # the final composition, evaluated by eval:trace_moe), on GRPO's held-out episodes; at step 0 every
+    # adapter is zero, so it plays the base as GRPO's step-0 evaluation does, on the same episodes
+    curve = TraceCurve.read(ws / "curve" / "curve.json")
+    assert curve.variant == "trace_moe" and [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 0, 2)]
+    grpo_rows = read_metrics(ws / "baselines" / "grpo_target" / "metrics.jsonl")
+    assert curve.points[0].success == grpo_rows[0].eval_success
+    assert report["sample_efficiency"]["trace"] == [[0, curve.points[0].success],
+                                                    [trace_budget, report["evaluation"]["trace_moe"]["pass1"]["mean"]]]
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
     assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())
     assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()
@@ -77,7 +86,7 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     read = check_workspace(ws)
     for pattern in ("capabilities.json", "envs/index.json", "envs/*/calibration.json", "adapters/*/train_config.json",
                     "adapters/*/metrics.jsonl", "gate_data/summary.json", "composed*/composition.json", "eval/*.json",
-                    "report/report.json"):
+                    "curve/curve.json", "curve/*/composition.json", "report/report.json"):
         assert read.get(pattern), pattern
     # a second run changes nothing
     assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0

@@ -72,6 +72,34 @@ def test_max_rollouts_counts_every_rollout(base, tmp_path):
     assert rows[-1]["rollouts_used"] == 8 * sum(r.get("sampling_rounds", 0) for r in rows)
 
 
+def test_each_evaluation_keeps_the_adapter_it_measured(base, tmp_path):
+    """snapshots/step_<n>/ at every evaluated step: the adapter a run stopped at step n ends with."""
+    import shutil
+
+    from tracerl.training import checkpoint as ckpt
+
+    torch.set_num_threads(1)
+    out = tmp_path / "three"
+    rows = build_trainer(small(max_steps=3, eval_steps=2), base, LetterEnv, out).train()
+    assert [r["step"] for r in rows if "eval_success" in r] == [0, 2, 3]
+    kept = ckpt.snapshots(out)
+    assert list(kept) == [0, 2, 3]
+    weights = {step: load_file(str(path / "adapter_model.safetensors")) for step, path in kept.items()}
+    final = load_file(str(out / "adapter_model.safetensors"))
+    assert weights[3].keys() == final.keys() and all(torch.equal(weights[3][k], final[k]) for k in final)
+    assert all(not v.any() for k, v in weights[0].items() if "lora_B" in k)  # before training: B = 0
+    build_trainer(small(max_steps=2, eval_steps=2), base, LetterEnv, tmp_path / "two").train()
+    two = load_file(str(tmp_path / "two" / "adapter_model.safetensors"))
+    assert all(torch.equal(weights[2][k], two[k]) for k in two)
+    assert not all(torch.equal(weights[2][k], final[k]) for k in final)
+    # a resumed run redoes the steps after its checkpoint: their snapshots go, as their metrics rows do
+    shutil.copytree(kept[2], out / "snapshots" / "step_5")
+    (out / "snapshots" / ".step_7.half").mkdir()
+    build_trainer(small(max_steps=3, eval_steps=2), base, LetterEnv, out).train(resume=True)
+    assert list(ckpt.snapshots(out)) == [0, 2, 3]
+    assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step_0", "step_2", "step_3"]
+
+
 def test_hints_never_reach_the_gradient(base):
     """Same sampled tokens, different hints in the sampling prompt ⇒ identical training ids and gradients."""
     torch.set_num_threads(1)

@@ -15,6 +15,7 @@ last and atomically, so a directory without it is incomplete.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,32 @@ def save_composed(composition: Composition, spec: CompositionSpec, out: str | Pa
     elif (out / ROUTER_HEAD_FILE).exists():
         (out / ROUTER_HEAD_FILE).unlink()
     spec.write(out / SPEC_FILE)
+
+
+def with_adapters(composed: str | Path, adapters: dict[str, str | Path], out: str | Path) -> CompositionSpec:
+    """The composition in `composed` over other weights of its adapters (`adapters`: each adapter's name →
+    a PEFT directory of the same shapes, e.g. a training snapshot), written to `out`: the same mode,
+    capabilities and slots, its gates or router head reused as they are (copied), not trained again.
+    `load_composed(out)` loads it (and checks that the adapters fit)."""
+    composed, out = Path(composed), Path(out)
+    spec = read_spec(composed)
+    names = [a.name for a in spec.adapters]
+    if sorted(adapters) != sorted(names):
+        raise InputError(f"the composition's adapters are {names}, not {sorted(adapters)}", path=str(composed))
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (GATES_FILE, ROUTER_HEAD_FILE):
+        if (composed / name).is_file():
+            tmp = out / f".{name}.tmp"
+            shutil.copyfile(composed / name, tmp)
+            os.replace(tmp, out / name)
+        elif (out / name).exists():
+            (out / name).unlink()
+    new = spec.model_copy(update={
+        "base": reference(resolve(spec.base, composed), out),
+        "adapters": [AdapterRef(name=a.name, path=reference(str(adapters[a.name]), out)) for a in spec.adapters],
+    })
+    new.write(out / SPEC_FILE)
+    return new
 
 
 def read_spec(path: str | Path) -> CompositionSpec:

@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 
 from tracerl.contracts import (
     TRACE_VARIANTS, CalibrationResult, CapabilitiesFile, CompositionSpec, EvalResult, Example as ExampleSummary, Headline,
-    HeadlineEntry, MetricsRow, Outcome, ReportSummary, RolloutCount, SampleEfficiency, TrainingFinal, TrainingSummary,
-    eval_file_stem, read_metrics,
+    HeadlineEntry, MetricsRow, Outcome, ReportSummary, RolloutCount, SampleEfficiency, TraceCurve, TrainingFinal,
+    TrainingSummary, eval_file_stem, read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl
@@ -181,7 +181,7 @@ def load_report_data(workspace: str | Path) -> ReportData:
                              if name in data.calibration and data.calibration[name].accepted is False]
     _read_evaluation(ws, data)
     _read_composition(ws, data)
-    _read_sample_efficiency(data)
+    _read_sample_efficiency(ws, data)
     _read_examples(ws, data)
     return data
 
@@ -275,33 +275,69 @@ def _read_composition(ws: Path, data: ReportData) -> None:
         data.routing_accuracy_by_capability = dict(accuracy.per_capability)
 
 
-def _read_sample_efficiency(data: ReportData) -> None:
-    """Pass^1 against rollouts consumed: derived from the variants and GRPO-on-target's metrics."""
+def _read_sample_efficiency(ws: Path, data: ReportData) -> None:
+    """Held-out target success against rollouts consumed, both curves measured alike: GRPO-on-target's
+    eval_success rows and TRACE's curve points (curve/curve.json: the composition of the adapters'
+    snapshots), each on the same held-out target episodes, then each one's final pass^1 on the test
+    tasks at its whole budget (eval/<variant>.json); the base's pass^1 at 0 rollouts where a curve
+    has no point there."""
     adapters = sorted(
         ([e.rollouts_used, e.pass1.mean] for v, e in data.evaluation.items() if v.startswith("adapter:")),
     )
     base = data.evaluation.get("base")
     trace = data.evaluation.get(data.trace_variant) if data.trace_variant else None
     grpo = data.evaluation.get("grpo_target")
+    curve_path = ws / "curve" / "curve.json"
+    curve = TraceCurve.read(curve_path) if curve_path.is_file() else None
+    why = "curve/curve.json not written yet" if curve is None else curve.note
+    if curve is not None and curve.variant != data.trace_variant:
+        why = f"curve/curve.json measures {curve.variant}, not {data.trace_variant}"
+        curve = None  # the curve of a composition the report does not show as TRACE
     trace_points: list[list[float]] = []
     grpo_points: list[list[float]] = []
     if trace is not None:
-        trace_points = ([[0, base.pass1.mean]] if base else []) + [[trace.rollouts_used, trace.pass1.mean]]
+        trace_points = [[p.rollouts, p.success] for p in curve.points] if curve else []
+        trace_points.append([trace.rollouts_used, trace.pass1.mean])
     if data.grpo_training is not None:
         grpo_points = [[r.rollouts_used, r.eval_success] for r in data.grpo_training.rows if r.eval_success is not None]
     if grpo is not None:
         grpo_points = [p for p in grpo_points if p[0] != grpo.rollouts_used] + [[grpo.rollouts_used, grpo.pass1.mean]]
-    if grpo_points and base is not None and all(p[0] != 0 for p in grpo_points):
-        grpo_points.insert(0, [0, base.pass1.mean])
+    for points in (trace_points, grpo_points):
+        if points and base is not None and all(p[0] != 0 for p in points):
+            points.insert(0, [0, base.pass1.mean])
     if not trace_points and not grpo_points:
         data.missing["sample_efficiency"] = "no TRACE or GRPO-on-target results yet (eval stage)."
         return
     data.sample_efficiency = {
-        "source": "derived: pass^1 and rollouts_used of the eval variants, GRPO-on-target's eval_success rows",
+        "source": sample_efficiency_source(data, curve, why),
         "trace": sorted(trace_points),
         "grpo_target": sorted(grpo_points),
         "adapters": adapters,
     }
+
+
+def sample_efficiency_source(data: ReportData, curve: TraceCurve | None, why: str | None) -> str:
+    """Where each curve's points come from, in words (`why`: why TRACE has no point before its last)."""
+    grpo_rows = [r for r in data.grpo_training.rows if r.eval_success is not None] if data.grpo_training else []
+    parts = []
+    if data.trace_variant in data.evaluation:
+        if curve is not None and curve.points:
+            episodes = sorted({p.episodes for p in curve.points})
+            parts.append(f"TRACE: {len(curve.points)} points of curve/curve.json (the {data.trace_variant} composition "
+                         f"of the adapters' snapshots at steps {', '.join(str(p.step) for p in curve.points)}, its "
+                         f"gates or router reused; {'/'.join(map(str, episodes))} held-out target episodes each, "
+                         f"greedy), then eval/{eval_file_stem(data.trace_variant)}.json's pass^1 at its whole budget")
+        else:
+            parts.append(f"TRACE: eval/{eval_file_stem(data.trace_variant)}.json's pass^1 at its whole budget "
+                         f"(no earlier point{f': {why}' if why else ''})")
+    if grpo_rows or "grpo_target" in data.evaluation:
+        parts.append(f"GRPO on the target: {len(grpo_rows)} eval_success rows of baselines/grpo_target/metrics.jsonl "
+                     "(held-out target episodes, greedy)"
+                     + (", then eval/grpo_target.json's pass^1 at its whole budget (in place of the row there)"
+                        if "grpo_target" in data.evaluation else ""))
+    if "base" in data.evaluation:
+        parts.append("base: eval/base.json's pass^1 at 0 rollouts where a curve has no point there")
+    return "; ".join(parts)
 
 
 def _read_examples(ws: Path, data: ReportData) -> None:

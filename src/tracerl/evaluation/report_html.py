@@ -370,7 +370,8 @@ def _grading(data: ReportData) -> str:
 def _sample_efficiency(data: ReportData, figures: dict[str, bytes]) -> str:
     head = ('<section id="sample-efficiency"><h2>Sample efficiency</h2><p class="note">Pass rate on the target '
             "against training rollouts consumed: TRACE (all adapters + gate training) vs GRPO directly on the "
-            "target.</p>")
+            "target. Before its last point each curve is measured alike, on the same held-out target episodes "
+            "(greedy); its last point is its pass^1 on the test tasks.</p>")
     if data.sample_efficiency is None:
         return head + _missing(data, "sample_efficiency", "no evaluation results yet.") + "</section>"
     source = f'<p class="note">Source: {esc(data.sample_efficiency["source"])}.</p>'

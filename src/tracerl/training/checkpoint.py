@@ -5,6 +5,8 @@ Layout inside the run's output directory (which is itself the PEFT adapter direc
     adapter_config.json, adapter_model.safetensors   the latest adapter (PeftModel.from_pretrained(base, out))
     metrics.jsonl                                     one row per step (and the step-0 evaluation)
     train_config.json                                 resolved config, base model, environment
+    snapshots/step_<n>/                               the PEFT adapter evaluated at step n (every row with
+                                                      eval_success; its rollouts_used is that metrics row's)
     checkpoint/
         adapter/                                      PEFT adapter at `step`
         optimizer.pt                                  AdamW state
@@ -15,13 +17,15 @@ Layout inside the run's output directory (which is itself the PEFT adapter direc
 A new checkpoint is built in a temporary sibling folder and swapped in by renames, so a `kill -9`
 at any moment leaves either the previous checkpoint or the new one, never a mix. A resumed run takes
 everything from that one folder — its metrics rows included, so rows logged after it (by the killed
-run) are dropped and redone, never kept twice.
+run) are dropped and redone, never kept twice; snapshots of steps after it are dropped with them.
+A snapshot is written to a temporary sibling and renamed into place, so it is whole or absent.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ from tracerl.core.io import read_json, write_json
 CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
 METRICS = "metrics.jsonl"
+SNAPSHOTS = "snapshots"
+_SNAPSHOT = re.compile(r"^step_(\d+)$")
 
 
 @dataclass
@@ -80,6 +86,35 @@ def save_adapter(model, directory: str | Path) -> None:
                 os.replace(f, directory / f.name)
 
 
+def save_snapshot(model, out: Path, step: int) -> Path:
+    """Keep the adapter of `step` as `out/snapshots/step_<step>/` (a PEFT directory), replacing one there."""
+    final = Path(out) / SNAPSHOTS / f"step_{step}"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step}.", dir=final.parent))
+    model.save_pretrained(tmp, save_embedding_layers=False)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def snapshots(out: Path) -> dict[int, Path]:
+    """Step → its adapter snapshot in `out/snapshots/` (whole ones only), by step."""
+    found = {}
+    for path in (Path(out) / SNAPSHOTS).glob("step_*"):
+        match = _SNAPSHOT.match(path.name)
+        if match and (path / "adapter_model.safetensors").is_file():
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def drop_snapshots_after(out: Path, step: int) -> None:
+    """Delete the snapshots of steps after `step` (a resumed run redoes those steps)."""
+    for later, path in snapshots(out).items():
+        if later > step:
+            shutil.rmtree(path)
+
+
 def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: list[dict],
                     metrics: list[dict[str, Any]]) -> None:
     """Write checkpoint/ for `state` (rank 0 only; `rank_rng` holds every rank's RNG state, `metrics` the rows so far)."""
@@ -106,7 +141,8 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
 
 
 def remove_temporaries(out: Path, keep: Path | None = None) -> None:
-    """Delete what a run killed mid-write leaves in `out`: half-written checkpoint and adapter folders, temp files.
+    """Delete what a run killed mid-write leaves in `out`: half-written checkpoint, adapter and snapshot folders,
+    temp files.
 
     `.checkpoint.old` stays while it is the only complete checkpoint (a kill between the two renames).
     """
@@ -117,6 +153,8 @@ def remove_temporaries(out: Path, keep: Path | None = None) -> None:
         shutil.rmtree(stale, ignore_errors=True)
     for stale in out.glob(".*.tmp"):  # atomic_write_text's temporary names
         stale.unlink(missing_ok=True)
+    for stale in (out / SNAPSHOTS).glob(".step_*"):  # half-written snapshots
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def latest_checkpoint(out: Path) -> Path | None:

@@ -204,6 +204,11 @@ class TrainConfig(BaseModel):
             raise ValueError("eval_seed_start must be ≥ train_seeds: held-out seeds may not be training seeds")
         return self
 
+    def heldout_seeds(self) -> list[int]:
+        """The held-out task seeds every evaluation of a run plays, greedily: eval_seed_start + i for i below
+        eval_episodes (on the target's test split for GRPO on the target, and for TRACE's curve points)."""
+        return [self.eval_seed_start + i for i in range(self.eval_episodes)]
+
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high

@@ -32,7 +32,7 @@ from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World, barrier
 
 RUN_FILES = ("train_config.json", ckpt.METRICS, ckpt.CHECKPOINT, ckpt._OLD, "adapter_model.safetensors",
-             "adapter_config.json", "served_adapters")  # what a training run writes into its folder
+             "adapter_config.json", "served_adapters", ckpt.SNAPSHOTS)  # what a training run writes into its folder
 
 
 @dataclass

@@ -11,6 +11,9 @@ One step:
    log-probs, gradients summed across ranks, clipped to `max_grad_norm`, AdamW;
 5. save the adapter, hot-swap it into the rollout backend, log a metrics row, checkpoint.
 
+Every evaluation (step 0, every `eval_steps`, the last step) also keeps the adapter it evaluated as
+`snapshots/step_<n>/`: what TRACE's sample-efficiency curve composes at intermediate budgets.
+
 Under `shard: fsdp2` (`training.fsdp`) every rank runs the same forwards: a rank
 with fewer micro-batches runs a zero-weighted one, the shared prompt is not run apart, and local
 rollouts run with the whole model gathered (`full_parameters`).
@@ -147,6 +150,7 @@ class GRPOTrainer:
             if self.world.is_main:
                 # rows the killed run logged after its checkpoint are redone: drop them now, not at the next step
                 atomic_write_text(self.out / "metrics.jsonl", ckpt.metrics_text(self.metrics))
+                ckpt.drop_snapshots_after(self.out, self.state.step)
                 ckpt.remove_temporaries(self.out)
             self._swap_in(found / "adapter")
         else:
@@ -157,7 +161,9 @@ class GRPOTrainer:
                 self._swap_in(self.out)
             barrier(self.world)
         if self.state.step == 0 and not self.metrics and self.cfg.eval_episodes > 0:
-            self._log({"step": 0, "rollouts_used": 0, "eval_success": self.evaluate()})
+            success = self.evaluate()
+            self._snapshot(0)
+            self._log({"step": 0, "rollouts_used": 0, "eval_success": success})
             self._checkpoint()
         while self.state.step < self.cfg.max_steps and self._budget_allows_step():
             self._log(self.step())
@@ -214,6 +220,7 @@ class GRPOTrainer:
         last = step == cfg.max_steps or not self._budget_allows_step()
         if cfg.eval_episodes > 0 and (step % cfg.eval_steps == 0 or last):
             row["eval_success"] = self.evaluate()
+            self._snapshot(step)
         row["seconds"] = round(time.perf_counter() - t0, 3)
         return row
 
@@ -370,7 +377,7 @@ class GRPOTrainer:
     def evaluate(self) -> float:
         """Greedy success rate of the current adapter on the held-out seeds."""
         cfg = self.cfg
-        seeds = self.world.shard([cfg.eval_seed_start + i for i in range(cfg.eval_episodes)])
+        seeds = self.world.shard(cfg.heldout_seeds())
         self.model.eval()
         with self._sampling():
             trajs = rollout(self.make_eval_env, self.backend.policy(greedy=True, seed=cfg.seed),
@@ -408,6 +415,13 @@ class GRPOTrainer:
         model = FullState.gather(self.model, None) if self.sharded else self.model
         if self.world.is_main:
             ckpt.save_adapter(model, directory)
+
+    def _snapshot(self, step: int) -> None:
+        """Rank 0 keeps the adapter as `snapshots/step_<step>/` (every rank calls this: a sharded adapter is gathered)."""
+        model = FullState.gather(self.model, None) if self.sharded else self.model
+        if self.world.is_main:
+            ckpt.save_snapshot(model, self.out, step)
+        barrier(self.world)
 
     def _swap_in(self, adapter_dir: Path) -> None:
         """Rank 0 makes the adapter in `adapter_dir` the one that samples next (every rank calls this)."""

@@ -1,0 +1,97 @@
+"""`run_curve`: TRACE's sample-efficiency curve — the composed model at the budgets before its final
+one, measured as GRPO-on-target's `eval_success` is, so the two curves compare point for point.
+
+Every trainer keeps the adapter each of its evaluations measured (`snapshots/step_<n>/`,
+`tracerl.training.checkpoint`). At each step where every adapter logged an evaluation and kept its
+snapshot, except the step where all of them are at their last row (that composition is the final
+one, which the eval stage measures on the whole test set: `eval/<variant>.json`), the snapshots are
+composed with the TRACE composition's recipe and played greedily on the target's test split at
+`TrainConfig.heldout_seeds()` — GRPO-on-target's evaluation episodes, as many. The gates (moe) or
+router head (router, merge) are not fitted again: the ones fitted to the final adapters route every
+point's snapshots (`composition.artifact.with_adapters`), so no point pays for composing twice and
+the gate data's rollouts are counted once. A point's rollouts are the adapters' `rollouts_used` at
+its step, summed, plus the gate-data rollouts, as TRACE's final budget counts them.
+
+Writes `<out>/curve.json` (`TraceCurve`) and each point's composed directory `<out>/step_<n>/`
+(loadable with `load_composed`, servable with `tracerl serve --model`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tracerl.contracts import CurvePoint, MetricsRow, TraceCurve, read_metrics
+from tracerl.core.trajectory import Trajectory
+from tracerl.training.config import TrainConfig
+
+CURVE_FILE = "curve.json"
+
+
+@dataclass
+class CurveInputs:
+    variant: str  # the TRACE variant whose composition is reused (the report's TRACE)
+    composed: Path  # its composed directory
+    adapters: dict[str, Path]  # capability → its training folder (metrics.jsonl, snapshots/)
+    gate_rollouts: int  # rollouts the gate data played (gate_data/summary.json)
+
+
+def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Iterable[int]],
+                gate_rollouts: int) -> list[tuple[int, int]]:
+    """(step, rollouts) of each point: the steps where every adapter has a row with eval_success and a
+    snapshot, but a step where every adapter is at its last row; rollouts = the adapters' rollouts_used
+    at the step, summed, + `gate_rollouts`."""
+    if not metrics:
+        return []
+    common: set[int] | None = None
+    for name, rows in metrics.items():
+        have = {r.step for r in rows if r.eval_success is not None} & set(snapshots.get(name, ()))
+        common = have if common is None else common & have
+    points = []
+    for step in sorted(common or ()):
+        if all(rows[-1].step == step for rows in metrics.values()):
+            continue  # the final composition: the eval stage's
+        used = sum(next(r for r in rows if r.step == step).rollouts_used for rows in metrics.values())
+        points.append((step, used + gate_rollouts))
+    return points
+
+
+def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], Any], out: Path, *,
+              on_done: Callable[[Trajectory], None] | None = None) -> TraceCurve:
+    """Measure each point of `curve_steps` (module docstring) on `make_env` (the target's test split) with
+    `config`'s held-out seeds, greedy, and write `out/curve.json` and `out/step_<n>/`."""
+    from tracerl.composition.artifact import load_composed, with_adapters
+    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.training.checkpoint import snapshots
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("step_*"):  # a previous run's points: this run measures its own
+        shutil.rmtree(stale)
+    kept = {name: snapshots(folder) for name, folder in inputs.adapters.items()}
+    metrics = {name: sorted(read_metrics(folder / "metrics.jsonl"), key=lambda r: r.step)
+               for name, folder in inputs.adapters.items()}
+    steps = curve_steps(metrics, kept, inputs.gate_rollouts) if config.eval_episodes > 0 else []
+    note = None
+    if config.eval_episodes == 0:
+        note = "train.eval_episodes is 0: GRPO's held-out evaluation is off, and so are these points"
+    elif not steps:
+        note = "no step before the last at which every adapter logged an evaluation and kept its snapshot"
+    points = []
+    for step, used in steps:
+        folder = out / f"step_{step}"
+        with_adapters(inputs.composed, {name: kept[name][step] for name in inputs.adapters}, folder)
+        policy = ComposedPolicy(load_composed(folder), temperature=0.0, seed=config.seed,
+                                max_new_tokens=config.rollout.max_new_tokens, max_batch_size=config.rollout.batch_size)
+        played = rollout(make_env, policy, [Episode(seed=s) for s in config.heldout_seeds()],
+                         batch_size=config.rollout.batch_size, on_done=on_done)
+        points.append(CurvePoint(step=step, rollouts=used, passed=sum(t.passed for t in played), episodes=len(played)))
+    curve = TraceCurve(variant=inputs.variant, composed=os.path.relpath(inputs.composed, out),
+                       eval_seed_start=config.eval_seed_start, points=points, note=note)
+    curve.write(out / CURVE_FILE)
+    return curve
