@@ -132,6 +132,7 @@ def check_workspace(ws: Path) -> dict[str, int]:
         ("eval/*.json", EvalResult.read),
         ("curve/curve.json", TraceCurve.read),
         ("curve/*/composition.json", CompositionSpec.read),
+        ("curve/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("eval/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("report/report.json", ReportSummary.read),
     ]

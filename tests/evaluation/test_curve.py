@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "composition"))  # composition_helpers
 sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases
+sys.path.insert(0, str(Path(__file__).parents[1] / "training"))  # training_helpers
 
 from composition_helpers import make_adapter, save_base, tiny_model, toy_tokenizer
 from contract_cases import capabilities_file
@@ -71,7 +72,8 @@ def composed(tmp_path_factory):
     base_dir = save_base(base, tokenizer, root / "base")
     final = [make_adapter(base, root / "final" / n, seed=i + 1, base_name=str(base_dir)) for i, n in enumerate(REQUESTS)]
     zero = [make_adapter(base, root / "step_0" / n, seed=9, scale=0.0, base_name=str(base_dir)) for n in REQUESTS]
-    other = [make_adapter(base, root / "step_3" / n, seed=i + 5, base_name=str(base_dir)) for i, n in enumerate(REQUESTS)]
+    other = [make_adapter(base, root / "step_3" / n, seed=i + 5, scale=2.0, base_name=str(base_dir))
+             for i, n in enumerate(REQUESTS)]
     write_jsonl(root / "rollouts.jsonl", [
         Trajectory(task_id=f"{n}-{k}", domain=f"env_{n}", seed=k, passed=True, reward=1.0, info={"capability": n},
                    messages=[Message.system("You are a support agent."), Message.user(f"{texts[k % 2]} ({k})"),
@@ -125,3 +127,71 @@ def test_snapshots_must_be_the_compositions_adapters(composed, tmp_path):
     root, _, adapters = composed
     with pytest.raises(InputError, match=r"the composition's adapters are \['alpha', 'beta'\], not \['alpha'\]"):
         with_adapters(root / "moe", {"alpha": adapters["other"][0]}, tmp_path / "out")
+
+
+def _training_folder(root: Path, name: str, snapshots: dict[int, Path], used: dict[int, int]) -> Path:
+    """A training run's folder as the trainer leaves it: metrics.jsonl and snapshots/step_<n>/."""
+    import shutil
+
+    from tracerl.contracts import metrics_text
+
+    folder = root / name
+    for step, adapter in snapshots.items():
+        shutil.copytree(adapter, folder / "snapshots" / f"step_{step}")
+    (folder / "metrics.jsonl").write_text(metrics_text([{"step": s, "rollouts_used": r, "eval_success": 0.0}
+                                                        for s, r in used.items()]))
+    return folder
+
+
+def test_each_point_plays_grpos_held_out_episodes_greedily(composed, tmp_path):
+    """Step 0 (every adapter zero) plays the base's greedy episodes on TrainConfig.heldout_seeds(), token for
+    token, as GRPO's evaluation plays them; the points' budgets are the adapters' rollouts + the gate data's."""
+    from tracerl.contracts import TraceCurve
+    from tracerl.core.io import read_jsonl
+    from tracerl.core.trajectory import Trajectory
+    from training_helpers import LetterEnv
+    from tracerl.envs.runner import Episode, rollout
+    from tracerl.evaluation.curve import CurveInputs, run_curve
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.training.config import TrainConfig
+
+    root, base_dir, adapters = composed
+    runs = {}
+    for i, name in enumerate(REQUESTS):
+        runs[name] = _training_folder(tmp_path / "adapters", name,
+                                      {0: adapters["zero"][i], 3: adapters["other"][i], 6: adapters["final"][i]},
+                                      {0: 0, 3: 96 + 32 * i, 6: 192 + 32 * i})
+    config = TrainConfig(eval_episodes=3, seed=4, rollout={"max_new_tokens": 6, "batch_size": 2})
+    make_env = LetterEnv
+    out = tmp_path / "curve"
+    (out / "step_9").mkdir(parents=True)  # a previous run's point: gone
+    curve = run_curve(CurveInputs(variant="trace_moe", composed=root / "moe", adapters=runs, gate_rollouts=7),
+                      config, make_env, out)
+    # step 0: 0 + 0 + 7; step 3: 96 + 128 + 7 = 231; step 6 is the final composition (the eval stage's)
+    assert [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 7, 3), (3, 231, 3)]
+    assert TraceCurve.read(out / "curve.json") == curve
+    assert (out / curve.composed).resolve() == (root / "moe").resolve()
+    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "step_0", "step_0.jsonl", "step_3", "step_3.jsonl"]
+    model, tokenizer = load_model(str(base_dir))
+    base = rollout(make_env, LocalPolicy(model, tokenizer, temperature=0.0, seed=4, max_new_tokens=6, max_batch_size=2),
+                   [Episode(seed=s) for s in config.heldout_seeds()], batch_size=2)
+    step0 = read_jsonl(out / "step_0.jsonl", Trajectory)
+    assert [t.seed for t in step0] == [1_000_000, 1_000_001, 1_000_002]
+    assert [t.tokens.ids for t in step0] == [t.tokens.ids for t in base]
+    assert curve.points[0].passed == sum(t.passed for t in base)
+    step3 = read_jsonl(out / "step_3.jsonl", Trajectory)
+    assert [t.tokens.ids for t in step3] != [t.tokens.ids for t in base]  # other weights play there
+
+
+def test_no_points_when_evaluation_is_off_or_no_snapshot_was_kept(tmp_path):
+    from tracerl.contracts import TraceCurve
+    from tracerl.evaluation.curve import CurveInputs, run_curve
+    from tracerl.training.config import TrainConfig
+
+    inputs = CurveInputs(variant="trace_moe", composed=tmp_path / "composed", adapters={"a": tmp_path / "a"},
+                         gate_rollouts=0)
+    curve = run_curve(inputs, TrainConfig(eval_episodes=0), lambda: None, tmp_path / "curve")
+    assert curve.points == [] and curve.note.startswith("train.eval_episodes is 0")
+    assert TraceCurve.read(tmp_path / "curve" / "curve.json") == curve
+    curve = run_curve(inputs, TrainConfig(), lambda: None, tmp_path / "curve")
+    assert curve.points == [] and curve.note.startswith("no step before the last")

@@ -12,8 +12,8 @@ point's snapshots (`composition.artifact.with_adapters`), so no point pays for c
 the gate data's rollouts are counted once. A point's rollouts are the adapters' `rollouts_used` at
 its step, summed, plus the gate-data rollouts, as TRACE's final budget counts them.
 
-Writes `<out>/curve.json` (`TraceCurve`) and each point's composed directory `<out>/step_<n>/`
-(loadable with `load_composed`, servable with `tracerl serve --model`).
+Writes `<out>/curve.json` (`TraceCurve`), each point's composed directory `<out>/step_<n>/` (loadable
+with `load_composed`, servable with `tracerl serve --model`) and its episodes, `<out>/step_<n>.jsonl`.
 """
 
 from __future__ import annotations
@@ -66,13 +66,17 @@ def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], A
     `config`'s held-out seeds, greedy, and write `out/curve.json` and `out/step_<n>/`."""
     from tracerl.composition.artifact import load_composed, with_adapters
     from tracerl.composition.policy import ComposedPolicy
+    from tracerl.core.io import write_jsonl
     from tracerl.envs.runner import Episode, rollout
     from tracerl.training.checkpoint import snapshots
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("step_*"):  # a previous run's points: this run measures its own
-        shutil.rmtree(stale)
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
     kept = {name: snapshots(folder) for name, folder in inputs.adapters.items()}
     metrics = {name: sorted(read_metrics(folder / "metrics.jsonl"), key=lambda r: r.step)
                for name, folder in inputs.adapters.items()}
@@ -90,6 +94,7 @@ def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], A
                                 max_new_tokens=config.rollout.max_new_tokens, max_batch_size=config.rollout.batch_size)
         played = rollout(make_env, policy, [Episode(seed=s) for s in config.heldout_seeds()],
                          batch_size=config.rollout.batch_size, on_done=on_done)
+        write_jsonl(out / f"step_{step}.jsonl", played)
         points.append(CurvePoint(step=step, rollouts=used, passed=sum(t.passed for t in played), episodes=len(played)))
     curve = TraceCurve(variant=inputs.variant, composed=os.path.relpath(inputs.composed, out),
                        eval_seed_start=config.eval_seed_start, points=points, note=note)
