@@ -20,7 +20,7 @@ Workspace layout:
     composed/, composed_router/      step 4 (composition.json, gates.safetensors)
     baselines/grpo_target/           GRPO on the target with TRACE's rollout budget
     curve/                           TRACE at the adapters' earlier evaluation steps, on GRPO's held-out episodes
-                                     (curve.json; step_<n>/: the composition of the snapshots of step n)
+                                     (curve.json; step_<n>/: the composition of step n's snapshots; step_<n>.jsonl)
     eval/<variant>.json|.jsonl       held-out evaluation
     eval/tau2/<variant>.json         the same episodes as τ²-bench's results file (a tau2:<domain> target)
     report/index.html, report.json   the report
