@@ -63,7 +63,7 @@ def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Itera
 def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], Any], out: Path, *,
               on_done: Callable[[Trajectory], None] | None = None) -> TraceCurve:
     """Measure each point of `curve_steps` (module docstring) on `make_env` (the target's test split) with
-    `config`'s held-out seeds, greedy, and write `out/curve.json` and `out/step_<n>/`."""
+    `config`'s held-out seeds, greedy, and write `out/curve.json`, `out/step_<n>/` and `out/step_<n>.jsonl`."""
     from tracerl.composition.artifact import load_composed, with_adapters
     from tracerl.composition.policy import ComposedPolicy
     from tracerl.core.io import write_jsonl
