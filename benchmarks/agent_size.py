@@ -92,7 +92,7 @@ def main() -> None:
                          train_step(hidden, bf16, args.repeats), sampling(hidden, bf16, args.repeats)))
             print(f"  hidden {hidden} {rows[-1][2]}: train {rows[-1][3]:.3f} s, sampling {rows[-1][4]:.3f} s", flush=True)
     base = next((r for r in rows if r[0] == 128 and r[2] == "fp32"), rows[0])
-    print(f"\n| hidden | parameters | type | train step (s) | × | sampling 8×64 (s) | × |\n|---:|---:|---|---:|---:|---:|---:|")
+    print("\n| hidden | parameters | type | train step (s) | × | sampling 8×64 (s) | × |\n|---:|---:|---|---:|---:|---:|---:|")
     for hidden, params, kind, train, sample in rows:
         print(f"| {hidden} | {params:,} | {kind} | {train:.3f} | {train / base[3]:.2f} | {sample:.3f} | {sample / base[4]:.2f} |")
     print(f"\nload average at end: {os.getloadavg()}")
