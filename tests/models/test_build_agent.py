@@ -103,13 +103,27 @@ def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos
         assert drills, "every demonstration reads the user by the id the user gave"
         first = drills[0].messages[-1].tool_calls[0]
         assert first.name == "get_user_details"
+        turns = [m for m in t.messages if m.role != "system"]
         for d in drills:
-            assert d.tools == [] and all(m.role != "system" for m in d.messages)
-            assert d.messages == [m for m in t.messages if m.role != "system"][: len(d.messages)]
+            assert d.tools == [] and d.messages[0].role == "user"
+            assert any(turns[i: i + len(d.messages)] == d.messages for i in range(len(turns)))  # a contiguous part
             call = d.messages[-1]
             earlier = " ".join(m.content or "" for m in d.messages[:-1] if m.role in ("user", "tool"))
             values = [v for c in call.tool_calls for v in (c.parsed_arguments() or {}).values() if isinstance(v, str)]
             assert any(len(v) >= 4 and v in earlier for v in values)
+
+
+def test_a_write_is_drilled_from_the_request_that_names_its_ids():
+    """A later request's write starts at the user's message of that request (which names the
+    reservation and the payment id), not at the user details that list them among others."""
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
+                if [m.content for m in t.messages if m.role == "user" and (m.content or "").startswith("Second, I want to add")])
+    drill = next(d for d in id_drills(demo) if d.messages[-1].tool_calls[0].name == "update_reservation_baggages")
+    arguments = drill.messages[-1].tool_calls[0].parsed_arguments()
+    opening = drill.messages[0].content
+    assert opening.startswith("Second, I want to add")
+    assert arguments["reservation_id"] in opening and arguments["payment_id"] in opening
+    assert [m.role for m in drill.messages].count("user") == 2  # the request and the "yes" to the confirmation
 
 
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():

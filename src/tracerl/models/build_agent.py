@@ -46,6 +46,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from tracerl.core.io import write_json
+from tracerl.core.messages import Message
 from tracerl.core.policy import Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.models.chat import ChatFormat
@@ -61,8 +62,8 @@ class AgentRecipe(BaseModel):
 
     seed: int = 0
     policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
-    episodes: int = 2000
-    vocab_size: int = 1024
+    episodes: int = 4000
+    vocab_size: int = 2048  # every id word one token, with or without its '_'
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -73,8 +74,8 @@ class AgentRecipe(BaseModel):
     drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
-    drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
-    drill_episodes: int = 2000  # conversations the drills come from (see `drill_conversations`)
+    drill_max_tokens: int = 768  # longer drills are left out (a flight change's is ~650)
+    drill_episodes: int = 4000  # conversations the drills come from (see `drill_conversations`)
     batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 30
@@ -136,22 +137,33 @@ def _prefix_memo(chat: ChatFormat) -> ChatFormat:
 def id_drills(trajectory: Trajectory) -> list[Trajectory]:
     """Short copies of a demonstration, each ending with a tool call that copies an id.
 
-    A call copies an id when one of its string arguments (4+ characters) appears verbatim in an
-    earlier user or tool message. Each drill is the conversation up to that call, without the
-    system prompt and tool list, so the few hundred tokens left make the copy easy to learn.
+    A call copies a value when one of its string arguments (4+ characters) appears verbatim in an
+    earlier user or tool message. Each drill is the conversation from the latest user message at or
+    before every copied value's source (see `_source`) up to that call, without the system prompt
+    and tool list: a few hundred tokens, so the copy is easy to learn, and a write late in an
+    episode is drilled from the request it serves.
     """
     drills = []
-    context = ""
-    for index, message in enumerate(trajectory.messages):
-        if message.role == "assistant" and message.tool_calls and any(
-            isinstance(v, str) and len(v) >= 4 and v in context
-            for call in message.tool_calls for v in (call.parsed_arguments() or {}).values()
-        ):
-            kept = [m for m in trajectory.messages[: index + 1] if m.role != "system"]
-            drills.append(trajectory.model_copy(update={"messages": kept, "tools": []}))
-        if message.role in ("user", "tool"):
-            context += "\n" + (message.content or "")
+    messages = trajectory.messages
+    for index, message in enumerate(messages):
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        sources = [_source(messages[:index], name, value) for call in message.tool_calls
+                   for name, value in (call.parsed_arguments() or {}).items() if isinstance(value, str) and len(value) >= 4]
+        sources = [i for i in sources if i is not None]
+        if sources:
+            start = max(i for i in range(min(sources) + 1) if messages[i].role == "user")
+            drills.append(trajectory.model_copy(update={"messages": messages[start: index + 1], "tools": []}))
     return drills
+
+
+def _source(before: list[Message], name: str, value: str) -> int | None:
+    """Where argument `name`'s `value` was read: the latest user message that says it or tool result
+    that gives it under the same key (`"reservation_id": "owl_pine"`), else (a value only listed
+    among others, as a user's payment methods are) the latest user or tool message holding it."""
+    holders = [i for i, m in enumerate(before) if m.role in ("user", "tool") and value in (m.content or "")]
+    named = [i for i in holders if before[i].role == "user" or f'"{name}": "{value}"' in (before[i].content or "")]
+    return (named or holders or [None])[-1]
 
 
 def drill_conversations(recipe: AgentRecipe, demos: list[Trajectory]) -> list[Trajectory]:
