@@ -124,7 +124,7 @@ def test_generated_tasks_are_consistent():
 def test_scripted_user_rules():
     single = _task_with(lambda t: t.task_kind == "cancel")
     multi = _task_with(lambda t: len(t.subtasks) == 2 and [s.kind for s in t.subtasks] == ["cancel", "bags"])
-    user = ScriptedUser(single)
+    user = ScriptedUser.for_airline(single)
     rid, reason = single.subtasks[0].reservation_id, single.subtasks[0].reason
     assert user.opening() == f"Hi! I want to {single.subtasks[0].request}."
     assert user.reply("Please tell me your user id.") == (f"My user id is {single.user_id}.", False)
@@ -138,7 +138,7 @@ def test_scripted_user_rules():
     assert user.reply("Please tell me your next request.") == ("That is all. Goodbye.", True)
 
     cancel, bags = multi.subtasks
-    other = ScriptedUser(multi)
+    other = ScriptedUser.for_airline(multi)
     assert other.opening() == f"Hi! I have 2 requests. First, I want to {cancel.request}."
     assert other.reply("Which reservation?") == (f"The reservation id is {cancel.reservation_id}.", False)
     assert other.reply("Which payment method should I use?") == (f"First, I want to {cancel.request}.", False)

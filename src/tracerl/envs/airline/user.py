@@ -13,15 +13,18 @@ request after the last, or when it refuses the last request. Keyword rules on th
     refusal ("cannot"), another request left           -> "OK, I understand."
     confirmation ("confirm", "proceed")                -> "yes"
     "user id"                                          -> "My user id is <id>."
-    "reservation id", "which reservation"              -> "The reservation id is <id>."
-    "reason"  (a cancellation)                         -> "The reason is <reason>."
-    "payment", "pay with" (a change or bags)           -> "Please use <payment id>."
+    the request's own questions, in order; the airline's:
+      "reservation id", "which reservation"            -> "The reservation id is <id>."
+      "reason"  (a cancellation)                       -> "The reason is <reason>."
+      "payment", "pay with" (a change or bags)         -> "Please use <payment id>."
     anything else                                      -> the request at hand, restated
+
+The capability templates' users are this user with their own requests and no questions of their own.
 """
 
 from __future__ import annotations
 
-from tracerl.envs.airline.tasks import AirlineTask, request_text
+from tracerl.envs.airline.tasks import AirlineTask, opening_text, request_text
 
 CLOSING_WORDS = ("anything else", "goodbye", "all done")
 NEXT_WORDS = ("next request",)
@@ -30,38 +33,51 @@ CONFIRM_WORDS = ("confirm", "proceed")
 GOODBYE = "No, thank you. Goodbye."
 ALL_GIVEN = "That is all. Goodbye."
 
+Question = tuple[tuple[str, ...], str]  # (keywords in the agent's text, the user's answer)
+
 
 class ScriptedUser:
-    def __init__(self, task: AirlineTask):
-        self.task = task
+    """`requests` in the user's words; `questions[i]`: what the user answers about request i."""
+
+    def __init__(self, requests: list[str], user_id: str | None, questions: list[list[Question]] | None = None):
+        self.requests = requests
+        self.user_id = user_id
+        self.questions = questions or [[] for _ in requests]
         self.current = 0  # the request at hand: the opening states request 0
 
+    @classmethod
+    def for_airline(cls, task: AirlineTask) -> ScriptedUser:
+        questions = []
+        for sub in task.subtasks:
+            asked: list[Question] = [(("reservation id", "which reservation"), f"The reservation id is {sub.reservation_id}.")]
+            if sub.reason:
+                asked.append((("reason",), f"The reason is {sub.reason}."))
+            if sub.payment:
+                asked.append((("payment", "pay with"), f"Please use {sub.payment}."))
+            questions.append(asked)
+        return cls([s.request for s in task.subtasks], task.user_id, questions)
+
     def opening(self) -> str:
-        return self.task.opening
+        return opening_text(self.requests)
 
     def reply(self, agent_text: str) -> tuple[str, bool]:
         """(the user's answer, whether the user ends the conversation)."""
         text = agent_text.lower()
-        subs = self.task.subtasks
-        last = self.current == len(subs) - 1
+        last = self.current == len(self.requests) - 1
         if any(w in text for w in CLOSING_WORDS):
             return GOODBYE, True
         if any(w in text for w in NEXT_WORDS):
             if last:
                 return ALL_GIVEN, True
             self.current += 1
-            return request_text(subs, self.current), False
+            return request_text(self.requests, self.current), False
         if any(w in text for w in REFUSAL_WORDS):
             return ("I understand. Goodbye.", True) if last else ("OK, I understand.", False)
         if any(w in text for w in CONFIRM_WORDS):
             return "yes", False
-        sub = subs[self.current]
-        if "user id" in text:
-            return f"My user id is {self.task.user_id}.", False
-        if "reservation id" in text or "which reservation" in text:
-            return f"The reservation id is {sub.reservation_id}.", False
-        if "reason" in text and sub.reason:
-            return f"The reason is {sub.reason}.", False
-        if ("payment" in text or "pay with" in text) and sub.payment:
-            return f"Please use {sub.payment}.", False
-        return request_text(subs, self.current), False
+        if "user id" in text and self.user_id is not None:
+            return f"My user id is {self.user_id}.", False
+        for keywords, answer in self.questions[self.current]:
+            if any(k in text for k in keywords):
+                return answer, False
+        return request_text(self.requests, self.current), False
