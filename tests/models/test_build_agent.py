@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, drill_conversations, id_drills,
-                                        is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
+                                        drill_conversations, is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -77,7 +77,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
     assert report["machine"]["training_device"] == "cpu"
-    assert report["data"]["id_drills"] >= 12 and report["training"]["steps"] == 3
+    assert report["data"]["copy_drills"] >= 12 and report["training"]["steps"] == 3
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -97,19 +97,55 @@ def test_build_agent_on_a_missing_gpu_exits_2(capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
-def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos):
+def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(demos):
     for t in demos:
-        drills = id_drills(t)
+        drills = copy_drills(t)
         assert drills, "every demonstration reads the user by the id the user gave"
         first = drills[0].messages[-1].tool_calls[0]
         assert first.name == "get_user_details"
+        turns = [m for m in t.messages if m.role != "system"]
         for d in drills:
-            assert d.tools == [] and all(m.role != "system" for m in d.messages)
-            assert d.messages == [m for m in t.messages if m.role != "system"][: len(d.messages)]
-            call = d.messages[-1]
+            assert d.tools == [] and d.messages[0].role == "user" and d.messages[-1].role == "assistant"
+            assert any(turns[i: i + len(d.messages)] == d.messages for i in range(len(turns)))  # a contiguous part
             earlier = " ".join(m.content or "" for m in d.messages[:-1] if m.role in ("user", "tool"))
-            values = [v for c in call.tool_calls for v in (c.parsed_arguments() or {}).values() if isinstance(v, str)]
-            assert any(len(v) >= 4 and v in earlier for v in values)
+            assert any(value in earlier for _, value in copied_values(d.messages[-1]))
+
+
+def test_a_refund_is_drilled_from_the_request_whose_reservation_it_was_read_in():
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
+                if any(m.role == "assistant" and "The refund is" in (m.content or "") for m in t.messages))
+    confirmation = next(m for m in demo.messages if m.role == "assistant" and "The refund is" in (m.content or ""))
+    refund = next(v for _, v in copied_values(confirmation))
+    [drill] = [d for d in copy_drills(demo) if d.messages[-1] == confirmation]
+    assert any(m.role == "tool" and f'"amount": {refund}' in m.content for m in drill.messages)
+    assert drill.messages[0].role == "user" and [m.role for m in drill.messages[1:]].count("user") == 0
+
+
+def test_copied_values_of_calls_and_texts():
+    from tracerl.core.messages import Message, ToolCall
+
+    call = Message.assistant(tool_calls=[ToolCall.make("update_reservation_flights", {
+        "cabin": "economy", "flights": [{"date": "2024-05-18", "flight_number": "HAT955"}], "payment_id": "gift_card_oak",
+        "reservation_id": "owl_pine", "total": 12, "count": 3, "ok": True}, "call_1")])
+    assert copied_values(call) == [("cabin", "economy"), ("date", "2024-05-18"), ("flight_number", "HAT955"),
+                                   ("payment_id", "gift_card_oak"), ("reservation_id", "owl_pine"), ("total", "12")]
+    text = Message.assistant("I will change this reservation to flight HAT955 on 2024-05-18 from SFO. It costs 406 dollars for 3 passengers.")
+    assert copied_values(text) == [(None, "HAT955"), (None, "2024-05-18"), (None, "SFO"), (None, "406")]
+    assert copied_values(Message.assistant("Please tell me your next request.")) == []
+
+
+def test_a_write_is_drilled_from_the_request_that_names_its_ids():
+    """A later request's write starts at the user's message of that request (which names the
+    reservation and the payment id), not at the user details that list them among others."""
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
+                if [m.content for m in t.messages if m.role == "user" and (m.content or "").startswith("Second, I want to add")])
+    drill = min((d for d in copy_drills(demo) if d.messages[-1].tool_calls and d.messages[-1].tool_calls[0].name == "update_reservation_baggages"),
+                key=lambda d: len(d.messages))
+    arguments = drill.messages[-1].tool_calls[0].parsed_arguments()
+    opening = drill.messages[0].content
+    assert opening.startswith("Second, I want to add")
+    assert arguments["reservation_id"] in opening and arguments["payment_id"] in opening
+    assert [m.role for m in drill.messages].count("user") == 2  # the request and the "yes" to the confirmation
 
 
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():

@@ -8,8 +8,8 @@
 3. Build a Qwen3ForCausalLM from a config (random init, seeded) and train it on the
    demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
    records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
-   The first `drill_steps` steps train on *id drills* only, and every `drill_every`-th step after
-   them is a drill batch (see `id_drills`).
+   The first `drill_steps` steps train on *copy drills* only, and every `drill_every`-th step after
+   them is a drill batch (see `copy_drills`).
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
@@ -37,6 +37,7 @@ import copy
 import math
 import platform
 import random
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from tracerl.core.io import write_json
+from tracerl.core.messages import Message
 from tracerl.core.policy import Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.models.chat import ChatFormat
@@ -61,8 +63,8 @@ class AgentRecipe(BaseModel):
 
     seed: int = 0
     policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
-    episodes: int = 2000
-    vocab_size: int = 1024
+    episodes: int = 4000
+    vocab_size: int = 2048  # every id word one token, with or without its '_'
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -70,11 +72,11 @@ class AgentRecipe(BaseModel):
     intermediate_size: int = 384
     max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
     max_steps: int = 1200
-    drill_steps: int = 700  # id drills only, before the episodes (0: no drills)
+    drill_steps: int = 700  # copy drills only, before the episodes (0: no drills)
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
-    drill_max_tokens: int = 320  # longer drills (late calls of long episodes) are left out
-    drill_episodes: int = 2000  # conversations the drills come from (see `drill_conversations`)
+    drill_max_tokens: int = 768  # longer drills are left out (a flight change's is ~650)
+    drill_episodes: int = 4000  # conversations the drills come from (see `drill_conversations`)
     batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 30
@@ -133,29 +135,70 @@ def _prefix_memo(chat: ChatFormat) -> ChatFormat:
     return memo
 
 
-def id_drills(trajectory: Trajectory) -> list[Trajectory]:
-    """Short copies of a demonstration, each ending with a tool call that copies an id.
+def copy_drills(trajectory: Trajectory) -> list[Trajectory]:
+    """Short copies of a demonstration, each ending with an assistant turn that copies a value.
 
-    A call copies an id when one of its string arguments (4+ characters) appears verbatim in an
-    earlier user or tool message. Each drill is the conversation up to that call, without the
-    system prompt and tool list, so the few hundred tokens left make the copy easy to learn.
+    A turn copies a value when it writes one (`copied_values`: an id, airport, date, amount or
+    flight number, in a call or in a text such as "The refund is 280 dollars") that an earlier user
+    or tool message holds as a whole word.
+    The drill runs from the latest user message at or before every copied value's source (see
+    `_source`) up to that turn, without the system prompt and tool list: a few hundred tokens, so
+    the copy is easy to learn, and a write late in an episode is drilled from the request it serves.
+    (Drills from one user message further back as well, so that the value sits at varying distances
+    from the start, kept the reservation id's first word from being learnt: 2 of 40 teacher-forced,
+    benchmarks/README.md.)
     """
     drills = []
-    context = ""
-    for index, message in enumerate(trajectory.messages):
-        if message.role == "assistant" and message.tool_calls and any(
-            isinstance(v, str) and len(v) >= 4 and v in context
-            for call in message.tool_calls for v in (call.parsed_arguments() or {}).values()
-        ):
-            kept = [m for m in trajectory.messages[: index + 1] if m.role != "system"]
-            drills.append(trajectory.model_copy(update={"messages": kept, "tools": []}))
-        if message.role in ("user", "tool"):
-            context += "\n" + (message.content or "")
+    messages = trajectory.messages
+    for index, message in enumerate(messages):
+        if message.role != "assistant":
+            continue
+        sources = [i for key, value in copied_values(message) if (i := _source(messages[:index], key, value)) is not None]
+        if not sources:
+            continue
+        start = max(i for i in range(min(sources) + 1) if messages[i].role == "user")
+        drills.append(trajectory.model_copy(update={"messages": messages[start: index + 1], "tools": []}))
     return drills
 
 
+def copied_values(message: Message) -> list[tuple[str | None, str]]:
+    """(argument name or None, value as written) of what an assistant turn may have copied: its
+    calls' string (3+ characters) and number (2+ digits) arguments, nested ones included, or the
+    numbers (2+ digits) and codes of its text. A one-digit count is everywhere, so where it is
+    found says nothing."""
+    if not message.tool_calls:
+        words = re.findall(r"[\w-]*\d[\w-]*|\b[A-Z]{3}\b", message.content or "")
+        return [(None, word) for word in words if len(word) >= 2]
+    values: list[tuple[str | None, str]] = []
+
+    def walk(key: str | None, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(k, v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(key, v)
+        elif isinstance(value, str) and len(value) >= 3 or isinstance(value, int) and not isinstance(value, bool) and value >= 10:
+            values.append((key, str(value)))
+
+    for call in message.tool_calls:
+        walk(None, call.parsed_arguments() or {})
+    return values
+
+
+def _source(before: list[Message], name: str | None, value: str) -> int | None:
+    """Where `value` was read: the latest user message that says it or tool result that gives it
+    under the same key (`"reservation_id": "owl_pine"`), else (a value only listed among others, as
+    a user's payment methods are) the latest user or tool message holding it as a whole word."""
+    word = re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
+    holders = [i for i, m in enumerate(before) if m.role in ("user", "tool") and word.search(m.content or "")]
+    keyed = (f'"{name}": "{value}"', f'"{name}": {value}') if name else ()
+    named = [i for i in holders if before[i].role == "user" or any(k in (before[i].content or "") for k in keyed)]
+    return (named or holders or [None])[-1]
+
+
 def drill_conversations(recipe: AgentRecipe, demos: list[Trajectory]) -> list[Trajectory]:
-    """What the id drills are cut from: the training demonstrations, then (when
+    """What the copy drills are cut from: the training demonstrations, then (when
     `recipe.drill_episodes` is larger) demonstrations on the train seeds after the validation ones,
     `recipe.drill_episodes` in all — more codes to copy than a small model can memorise one by one."""
     from tracerl.envs.airline import TRAIN_SEEDS
@@ -218,11 +261,11 @@ def build_agent(
     examples = [sft_example(chat, t) for t in demos]
     drills = []
     if recipe.drill_steps or recipe.drill_every:
-        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos) for d in id_drills(t)]
+        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos) for d in copy_drills(t)]
         drills = [e for e in drills if len(e[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)
-    log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on; {len(drills)} id drills")
+    log(f"tokenizer: {len(tokenizer)} tokens; data: {n_tokens} tokens, {n_loss} trained on; {len(drills)} copy drills")
 
     config = tiny_qwen3_config(
         len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_hidden_layers,
@@ -250,7 +293,7 @@ def build_agent(
         "command": command,
         "recipe": recipe.model_dump(),
         "data": {"episodes": len(demos), "teacher_pass_rate": round(teacher_pass, 4), "tokens": n_tokens, "trained_tokens": n_loss,
-                 "id_drills": len(drills)},
+                 "copy_drills": len(drills)},
         "model": {"architecture": "Qwen3ForCausalLM", "parameters": count_parameters(model), "vocab_size": len(tokenizer)},
         "training": {"steps": history["steps"], "seconds": round(train_seconds, 1),
                      "tokens_per_second": round(history["tokens"] / max(train_seconds, 1e-9), 1),
