@@ -56,18 +56,18 @@ LAST_NAMES = ("lee", "kim", "garcia", "smith", "patel", "rossi", "khan", "silva"
               "brown", "ali", "wang", "davis", "muller", "jones", "costa", "sato", "ahmed")
 REASONS = {"change_of_plan": "a change of plan", "health": "my health", "weather": "the weather",
            "airline_cancelled": "a flight the airline cancelled"}
-# Reservation ids are two code words ('wren_amber'), not τ²-bench's random 6-character codes
-# ('8JX2WO'). A small agent copies a run of word tokens that occur nowhere else in the episode
-# (each word recalls the next), as it copies the names of a user id; a code of letters and
-# digits is a run of characters that recur all over the episode, and a 0.9M-parameter agent
-# never learnt to copy it (benchmarks/README.md, "Reservation ids a small agent can copy").
+# A reservation id is one code word ('wren'), a single token, not τ²-bench's random 6-character
+# codes ('8JX2WO'). A code of letters and digits is a run of characters that recur all over the
+# episode, and a 0.9M-parameter agent never learnt to copy it; of a two-word id ('wren_amber') it
+# learnt the first word's lookup or the second word's, not both, from one drill mix to the next
+# (benchmarks/README.md, "Reservation ids a small agent can copy", "One request at a time").
 CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch", "maple", "oak", "pine",
               "rowan", "willow", "yew", "crane", "dove", "egret", "finch", "heron", "ibis", "kite", "lark",
               "otter", "owl", "robin", "swan", "tern", "wren", "amber", "coral", "jade", "onyx", "opal",
               "pearl", "ruby", "topaz", "comet", "ember", "frost", "meadow", "orbit", "pebble", "prism",
               "quartz", "river", "summit", "tundra", "valley")
 _CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
-RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}_{_CODE_WORD}\b")
+RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}\b")
 # User and payment ids end in a word of their own pool ('mia_lee_plum', 'gift_card_harp'), for the
 # same reason: a run of digits is copied far less reliably than a word (benchmarks/README.md,
 # "One request at a time").
@@ -197,7 +197,7 @@ class _Builder:
                 return value
 
     def reservation_id(self) -> str:
-        return self._unique(lambda: "_".join(self.rng.sample(CODE_WORDS, 2)))
+        return self._unique(lambda: self.rng.choice(CODE_WORDS))
 
     def flight_number(self) -> str:
         return self._unique(lambda: f"HAT{self.rng.randrange(100, 1000)}")

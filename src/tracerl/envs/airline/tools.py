@@ -94,7 +94,7 @@ class AirlineTools(Toolbox):
         """Get the details of a reservation.
 
         Args:
-            reservation_id: The reservation ID, such as 'wren_amber'.
+            reservation_id: The reservation ID, such as 'wren'.
         """
         return self.reservation_view(self._reservation(reservation_id))
 
@@ -120,7 +120,7 @@ class AirlineTools(Toolbox):
         """Cancel the whole reservation; the payments are refunded to their methods.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -141,7 +141,7 @@ class AirlineTools(Toolbox):
         """Update the flights of a reservation; the price difference is paid or refunded with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
             cabin: The cabin class of the reservation.
             flights: Every flight of the new reservation ({flight_number, date}), unchanged ones included.
             payment_id: A payment id from the user profile, such as 'credit_card_violin'.
@@ -179,7 +179,7 @@ class AirlineTools(Toolbox):
         """Update the checked bags of a reservation; extra non-free bags are paid with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
             total_baggages: The new total number of checked bags.
             nonfree_baggages: The new number of paid checked bags.
             payment_id: A payment id from the user profile, such as 'credit_card_violin'.
