@@ -7,7 +7,8 @@ import torch
 
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
+                                        drill_conversations, exact_final_turns, is_drill_step, length_grouped_batches,
+                                        read_call_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -69,7 +70,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4, drill_episodes=12,
-                         hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
+                         drill_extra_max=0, hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
                          max_new_tokens=4, num_threads=1, warmup_steps=1)
     report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
     saved = json.loads((tmp_path / "agent" / "build.json").read_text())
@@ -78,6 +79,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
     assert report["machine"]["training_device"] == "cpu"
     assert report["data"]["copy_drills"] >= 12 and report["training"]["steps"] == 3
+    assert [c["step"] for c in report["drill_checks"]] == [1]  # checked once, no extra steps allowed
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -159,3 +161,43 @@ def test_drill_steps_come_first_then_every_nth_step():
     assert [is_drill_step(s, 3, 4) for s in range(11)] == [True] * 3 + [False, False, False, True] * 2
     assert not any(is_drill_step(s, 0, 0) for s in range(10))
     assert [is_drill_step(s, 2, 0) for s in range(5)] == [True, True, False, False, False]
+
+
+class _NextId(torch.nn.Module):
+    """A "model" whose argmax after token t is t + 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None):
+        return type("Out", (), {"logits": torch.nn.functional.one_hot((input_ids + 1) % 20, 20).float()})
+
+
+def test_exact_final_turns_judges_only_the_last_assistant_turn():
+    examples = [([1, 2, 3, 4, 5], [0, 0, 1, 1, 1]),  # 3, 4, 5 follow 2, 3, 4: exact
+                ([1, 2, 3, 9], [0, 1, 0, 1]),  # 9 after 3: wrong
+                ([1, 7, 3, 4], [0, 1, 0, 1])]  # the earlier turn (7) is wrong, the last (4) right
+    assert exact_final_turns(_NextId(), examples, pad_id=0, batch_size=2) == pytest.approx(2 / 3)
+
+
+def test_read_call_drills_end_with_a_read(demos):
+    reads = read_call_drills([d for t in demos for d in copy_drills(t)])
+    names = {c.function.name for d in reads for c in d.messages[-1].tool_calls}
+    assert reads and names <= {"get_user_details", "get_reservation_details", "search_direct_flight"}
+
+
+@pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [
+    ([0.1, 0.4, 0.9], 1000, 2 + 100 + 1, [2, 52, 102]),  # drills on until the check passes
+    ([0.0] * 9, 70, 2 + 70 + 1, [2, 52, 72]),  # or until drill_extra_max
+    ([0.0], 0, 2 + 1, [2]),
+])
+def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, checked_at):
+    model = tiny_qwen3(tiny_qwen3_config(30, hidden_size=16, num_hidden_layers=1))
+    example = ([1, 2, 3, 4], [0, 0, 1, 1])
+    recipe = AgentRecipe(max_steps=1, drill_steps=2, drill_every=0, drill_target=0.8, drill_extra_max=extra_max,
+                         drill_batch_size=1, batch_size=1, warmup_steps=1)
+    answers = iter(checks)
+    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=lambda m: next(answers))
+    assert history["steps"] == steps == len(history["losses"])
+    assert [c["step"] for c in history["drill_checks"]] == checked_at

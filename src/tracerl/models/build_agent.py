@@ -8,8 +8,9 @@
 3. Build a Qwen3ForCausalLM from a config (random init, seeded) and train it on the
    demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
    records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
-   The first `drill_steps` steps train on *copy drills* only, and every `drill_every`-th step after
-   them is a drill batch (see `copy_drills`).
+   The first `drill_steps` steps train on *copy drills* only — and more of them, 50 at a time,
+   while fewer than `drill_target` of the held-out read-call drills are copied exactly (see
+   `exact_final_turns`) — then every `drill_every`-th step is a drill batch (see `copy_drills`).
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
@@ -73,6 +74,8 @@ class AgentRecipe(BaseModel):
     max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
     max_steps: int = 1200
     drill_steps: int = 700  # copy drills only, before the episodes (0: no drills)
+    drill_target: float = 0.95  # then more drill steps until the held-out read-call drills are this exact (0: no check)
+    drill_extra_max: int = 1000  # at most this many more
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
     drill_max_tokens: int = 768  # longer drills are left out (a flight change's is ~650)
@@ -197,6 +200,36 @@ def _source(before: list[Message], name: str | None, value: str) -> int | None:
     return (named or holders or [None])[-1]
 
 
+def read_call_drills(drills: list[Trajectory]) -> list[Trajectory]:
+    """The drills that end with a read call (`get_reservation_details(reservation_id)`): each needs
+    only the lookup of ids, the skill whose formation is all-or-nothing from one build to the next."""
+    from tracerl.envs.airline.tools import AirlineTools
+
+    kinds = AirlineTools()
+    return [d for d in drills if d.messages[-1].tool_calls and all(kinds.kind_of(c.function.name) == "read" for c in d.messages[-1].tool_calls)]
+
+
+@torch.no_grad()
+def exact_final_turns(model: torch.nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 16) -> float:
+    """Share of `examples` whose last assistant turn (the final run of mask-1 tokens) the model
+    predicts exactly, every token the argmax given the true tokens before it."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    exact = 0
+    for k in range(0, len(examples), batch_size):
+        batch = examples[k:k + batch_size]
+        input_ids, _, attention = (x.to(device) for x in _collate(batch, pad_id))
+        predicted = model(input_ids=input_ids, attention_mask=attention).logits.argmax(-1)
+        for row, (ids, mask) in enumerate(batch):
+            start = len(mask)
+            while start > 0 and mask[start - 1]:
+                start -= 1
+            exact += predicted[row, start - 1:len(ids) - 1].tolist() == ids[start:]
+    model.train(was_training)
+    return exact / max(1, len(examples))
+
+
 def drill_conversations(recipe: AgentRecipe, demos: list[Trajectory]) -> list[Trajectory]:
     """What the copy drills are cut from: the training demonstrations, then (when
     `recipe.drill_episodes` is larger) demonstrations on the train seeds after the validation ones,
@@ -276,7 +309,12 @@ def build_agent(
     model = tiny_qwen3(config, seed=recipe.seed).to(device)
     log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters, training on {device}")
 
-    history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress,
+    probe = None
+    if drills and recipe.drill_target:
+        held_out = [sft_example(chat, d) for t in collect_demonstrations(recipe, val_seeds) for d in read_call_drills(copy_drills(t))]
+        probe = lambda m: exact_final_turns(m, held_out, tokenizer.pad_token_id)  # noqa: E731
+        log(f"drill check: {len(held_out)} read-call drills of the validation seeds")
+    history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress, drill_check=probe,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
     model.to("cpu")
@@ -294,6 +332,7 @@ def build_agent(
         "recipe": recipe.model_dump(),
         "data": {"episodes": len(demos), "teacher_pass_rate": round(teacher_pass, 4), "tokens": n_tokens, "trained_tokens": n_loss,
                  "copy_drills": len(drills)},
+        "drill_checks": history["drill_checks"],
         "model": {"architecture": "Qwen3ForCausalLM", "parameters": count_parameters(model), "vocab_size": len(tokenizer)},
         "training": {"steps": history["steps"], "seconds": round(train_seconds, 1),
                      "tokens_per_second": round(history["tokens"] / max(train_seconds, 1e-9), 1),
@@ -318,10 +357,14 @@ def train_sft(
     log: Callable[[str], None] = print,
     progress: Callable[[int, int, float], None] | None = None,
     on_eval: Callable[[torch.nn.Module], float] | None = None,
+    drill_check: Callable[[torch.nn.Module], float] | None = None,
 ) -> dict[str, Any]:
-    """Masked next-token training: `recipe.drill_steps` steps of drill batches, then `recipe.max_steps`
+    """Masked next-token training: `recipe.drill_steps` steps of drill batches, then (with
+    `drill_check`) 50 more at a time while `drill_check(model)` < `recipe.drill_target`, at most
+    `recipe.drill_extra_max`, at the learning rate the drills ended with; then `recipe.max_steps`
     steps of episode batches of which every `recipe.drill_every`-th is a drill batch instead (when
-    there are drills); returns losses, validation pass rates, steps, tokens seen and seconds."""
+    there are drills). Returns losses, validation pass rates, drill checks, steps, tokens seen and
+    seconds."""
     rng = random.Random(recipe.seed)
     torch.manual_seed(recipe.seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
@@ -340,18 +383,20 @@ def train_sft(
         frac = (step - recipe.warmup_steps) / max(1, total - recipe.warmup_steps)
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac))
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     prefix_len = shared_prefix_length([ids for ids, _ in examples], minimum=0)  # the system prompt
     log(f"shared prompt prefix: {prefix_len} tokens (computed once per batch)")
     order: list[list[int]] = []
     drill_order: list[list[int]] = []
     losses: list[float] = []
     evals: list[dict[str, float]] = []
+    checks: list[dict[str, float]] = []
     tokens = 0
     start = time.time()
     model.train()
-    for step in range(total):
-        if drills and is_drill_step(step, drill_steps, recipe.drill_every):
+
+    def train_step(drill: bool, lr_factor: float) -> None:
+        nonlocal order, drill_order, tokens
+        if drill:
             if not drill_order:
                 drill_order = length_grouped_batches([len(ids) for ids, _ in drills], recipe.drill_batch_size, rng)
             loss, n_tokens = shared_prefix_loss(model, [drills[i] for i in drill_order.pop()], 0, pad_id)
@@ -359,28 +404,46 @@ def train_sft(
             if not order:
                 order = length_grouped_batches([len(ids) for ids, _ in examples], recipe.batch_size, rng)
             loss, n_tokens = shared_prefix_loss(model, [examples[i] for i in order.pop()], prefix_len, pad_id)
+        for group in optimizer.param_groups:
+            group["lr"] = recipe.learning_rate * lr_factor
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
         optimizer.step()
-        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         tokens += n_tokens
         losses.append(round(float(loss.detach()), 4))
+        done = len(losses)
         if progress:
-            progress(step + 1, total, losses[-1])
-        if (step + 1) % 25 == 0:
-            log(f"step {step + 1}/{total} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
-        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and step + 1 < total:
+            progress(done, total + done - scheduled - 1, losses[-1])
+        if done % 25 == 0:
+            log(f"step {done}/{total + done - scheduled - 1} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
+
+    def check() -> float:
+        rate = drill_check(model)
+        checks.append({"step": len(losses), "read_calls_exact": round(rate, 4)})
+        log(f"step {len(losses)}: held-out read-call drills exact {rate:.3f}")
+        return rate
+
+    for scheduled in range(total):
+        train_step(bool(drills) and is_drill_step(scheduled, drill_steps, recipe.drill_every), lr_at(scheduled))
+        if drill_check and recipe.drill_target and scheduled + 1 == drill_steps:
+            extra = 0
+            while check() < recipe.drill_target and extra < recipe.drill_extra_max:
+                for _ in range(min(50, recipe.drill_extra_max - extra)):
+                    train_step(True, lr_at(scheduled))
+                    extra += 1
+        step = len(losses) - 1
+        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and scheduled + 1 < total:
             rate = on_eval(model)
             model.train()
             evals.append({"step": step + 1, "validation_pass_rate": rate})
             log(f"step {step + 1}: validation greedy pass rate {rate:.3f}")
     seconds = time.time() - start
     if on_eval:
-        evals.append({"step": total, "validation_pass_rate": on_eval(model)})
+        evals.append({"step": len(losses), "validation_pass_rate": on_eval(model)})
         log(f"final validation greedy pass rate {evals[-1]['validation_pass_rate']:.3f}")
     model.eval()
-    return {"losses": losses, "evals": evals, "steps": total, "tokens": tokens, "seconds": seconds}
+    return {"losses": losses, "evals": evals, "drill_checks": checks, "steps": len(losses), "tokens": tokens, "seconds": seconds}
 
 
 def is_drill_step(step: int, drill_steps: int, drill_every: int) -> bool:
