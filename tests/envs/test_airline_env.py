@@ -58,7 +58,7 @@ def test_compensation_rules():
 
 def test_policy_text_states_the_numbers_the_code_uses():
     for fact in ("24 hours", "basic_economy 0, economy 1, business 2", "plus 1 for silver and 2 for gold", "costs 50",
-                 "100 x passengers", "(new price - old price) x passengers", "2024-05-15 15:00"):
+                 "100 x passengers", "new flight's price per passenger", "ask the user for the next request", "2024-05-15 15:00"):
         assert fact in POLICY
     assert len(POLICY.split()) < 260
 
@@ -108,7 +108,13 @@ def test_generated_tasks_are_consistent():
         assert task.user_id not in task.opening  # the agent has to ask for it
         for rid in task.db.reservations:
             assert RESERVATION_ID.fullmatch(rid), rid
-        assert set(RESERVATION_ID.findall(task.opening)) == {s.reservation_id for s in task.subtasks}
+        assert RESERVATION_ID.findall(task.opening) == [task.subtasks[0].reservation_id]  # one request at a time
+        for sub in task.subtasks:  # no confirmation or refusal restates an id: the writes copy the user's
+            said = " ".join(t for t in (sub.say, sub.mispick_say, sub.anyway_say) if t)
+            assert not RESERVATION_ID.search(said) and task.user_id not in said, (seed, said)
+            assert not any(p.payment_id in said for p in task.db.users[task.user_id].payment_methods), (seed, said)
+            assert sub.payment is None or sub.payment in sub.request  # the request names its payment id
+        assert all(len(r.payment_history) == 1 for r in task.db.reservations.values())  # the refund is the amount read
         assert set(task.info()) == {"task_id", "task_kind", "gold_actions", "communicate_info", "reasoning_args", "subtasks"}
     assert kinds == {"cancel", "change", "bags", "certificate", "multi"}
     assert all(count >= 30 for count in families.values()), families
@@ -117,9 +123,10 @@ def test_generated_tasks_are_consistent():
 # --- user ----------------------------------------------------------------------------------------
 def test_scripted_user_rules():
     single = _task_with(lambda t: t.task_kind == "cancel")
-    multi = _task_with(lambda t: len(t.subtasks) == 2 and {s.kind for s in t.subtasks} == {"cancel", "bags"})
-    user = ScriptedUser(single)
+    multi = _task_with(lambda t: len(t.subtasks) == 2 and [s.kind for s in t.subtasks] == ["cancel", "bags"])
+    user = ScriptedUser.for_airline(single)
     rid, reason = single.subtasks[0].reservation_id, single.subtasks[0].reason
+    assert user.opening() == f"Hi! I want to {single.subtasks[0].request}."
     assert user.reply("Please tell me your user id.") == (f"My user id is {single.user_id}.", False)
     assert user.reply("I will cancel it. Do you confirm?") == ("yes", False)
     assert user.reply("What is the reservation id?") == (f"The reservation id is {rid}.", False)
@@ -128,12 +135,20 @@ def test_scripted_user_rules():
     assert user.reply("Sorry, I cannot do that.") == ("I understand. Goodbye.", True)
     assert user.reply("Done. Is there anything else?") == ("No, thank you. Goodbye.", True)
     assert user.reply("The weather is nice.") == (f"I want to {single.subtasks[0].request}.", False)
-    other = ScriptedUser(multi)
-    bags = next(s for s in multi.subtasks if s.kind == "bags")
+    assert user.reply("Please tell me your next request.") == ("That is all. Goodbye.", True)
+
+    cancel, bags = multi.subtasks
+    other = ScriptedUser.for_airline(multi)
+    assert other.opening() == f"Hi! I have 2 requests. First, I want to {cancel.request}."
+    assert other.reply("Which reservation?") == (f"The reservation id is {cancel.reservation_id}.", False)
+    assert other.reply("Which payment method should I use?") == (f"First, I want to {cancel.request}.", False)
     assert other.reply("Sorry, I cannot do that.") == ("OK, I understand.", False)
-    assert other.reply("Which payment method should I use?") == (f"Please use my {bags.payment}.", False)
-    ids = ", ".join(s.reservation_id for s in multi.subtasks)
-    assert other.reply("Which reservation?") == (f"The reservation ids are {ids}.", False)
+    assert other.reply("Sorry, I cannot do that. Please tell me your next request.") == (
+        f"Second, I want to {bags.request}.", False)
+    assert other.reply("Which payment method should I use?") == (f"Please use {bags.payment}.", False)
+    assert other.reply("Which reservation?") == (f"The reservation id is {bags.reservation_id}.", False)
+    assert other.reply("Sorry, I cannot do that.") == ("I understand. Goodbye.", True)
+    assert other.reply("Please tell me your next request.") == ("That is all. Goodbye.", True)
 
 
 # --- reward ---------------------------------------------------------------------------------------

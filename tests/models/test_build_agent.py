@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, drill_conversations, id_drills,
-                                        is_drill_step, length_grouped_batches, sft_example, shared_prefix_loss)
+from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
+                                        drill_conversations, exact_final_turns, is_drill_step, length_grouped_batches,
+                                        read_call_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -69,7 +70,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recipe = AgentRecipe(episodes=8, max_steps=2, drill_steps=1, drill_every=2, drill_batch_size=4, batch_size=4, drill_episodes=12,
-                         hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
+                         drill_extra_max=0, hidden_size=32, num_hidden_layers=1, vocab_size=400, eval_tasks=1, test_tasks=1,
                          max_new_tokens=4, num_threads=1, warmup_steps=1)
     report = build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
     saved = json.loads((tmp_path / "agent" / "build.json").read_text())
@@ -77,7 +78,8 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert {"command", "recipe", "data", "model", "training", "test", "minutes"} <= set(report)
     assert report["data"]["episodes"] == 8 and report["model"]["architecture"] == "Qwen3ForCausalLM"
     assert report["machine"]["training_device"] == "cpu"
-    assert report["data"]["id_drills"] >= 12 and report["training"]["steps"] == 3
+    assert report["data"]["copy_drills"] >= 12 and report["training"]["steps"] == 3
+    assert [c["step"] for c in report["drill_checks"]] == [1]  # checked once, no extra steps allowed
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
@@ -97,19 +99,55 @@ def test_build_agent_on_a_missing_gpu_exits_2(capsys):
     assert "no CUDA device" in capsys.readouterr().err
 
 
-def test_id_drills_end_with_a_call_that_copies_an_id_from_the_conversation(demos):
+def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(demos):
     for t in demos:
-        drills = id_drills(t)
+        drills = copy_drills(t)
         assert drills, "every demonstration reads the user by the id the user gave"
         first = drills[0].messages[-1].tool_calls[0]
         assert first.name == "get_user_details"
+        turns = [m for m in t.messages if m.role != "system"]
         for d in drills:
-            assert d.tools == [] and all(m.role != "system" for m in d.messages)
-            assert d.messages == [m for m in t.messages if m.role != "system"][: len(d.messages)]
-            call = d.messages[-1]
+            assert d.tools == [] and d.messages[0].role == "user" and d.messages[-1].role == "assistant"
+            assert any(turns[i: i + len(d.messages)] == d.messages for i in range(len(turns)))  # a contiguous part
             earlier = " ".join(m.content or "" for m in d.messages[:-1] if m.role in ("user", "tool"))
-            values = [v for c in call.tool_calls for v in (c.parsed_arguments() or {}).values() if isinstance(v, str)]
-            assert any(len(v) >= 4 and v in earlier for v in values)
+            assert any(value in earlier for _, value in copied_values(d.messages[-1]))
+
+
+def test_a_refund_is_drilled_from_the_request_whose_reservation_it_was_read_in():
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
+                if any(m.role == "assistant" and "The refund is" in (m.content or "") for m in t.messages))
+    confirmation = next(m for m in demo.messages if m.role == "assistant" and "The refund is" in (m.content or ""))
+    refund = next(v for _, v in copied_values(confirmation))
+    [drill] = [d for d in copy_drills(demo) if d.messages[-1] == confirmation]
+    assert any(m.role == "tool" and f'"amount": {refund}' in m.content for m in drill.messages)
+    assert drill.messages[0].role == "user" and [m.role for m in drill.messages[1:]].count("user") == 0
+
+
+def test_copied_values_of_calls_and_texts():
+    from tracerl.core.messages import Message, ToolCall
+
+    call = Message.assistant(tool_calls=[ToolCall.make("update_reservation_flights", {
+        "cabin": "economy", "flights": [{"date": "2024-05-18", "flight_number": "HAT955"}], "payment_id": "gift_card_oak",
+        "reservation_id": "owl_pine", "total": 12, "count": 3, "ok": True}, "call_1")])
+    assert copied_values(call) == [("cabin", "economy"), ("date", "2024-05-18"), ("flight_number", "HAT955"),
+                                   ("payment_id", "gift_card_oak"), ("reservation_id", "owl_pine"), ("total", "12")]
+    text = Message.assistant("I will change this reservation to flight HAT955 on 2024-05-18 from SFO. It costs 406 dollars for 3 passengers.")
+    assert copied_values(text) == [(None, "HAT955"), (None, "2024-05-18"), (None, "SFO"), (None, "406")]
+    assert copied_values(Message.assistant("Please tell me your next request.")) == []
+
+
+def test_a_write_is_drilled_from_the_request_that_names_its_ids():
+    """A later request's write starts at the user's message of that request (which names the
+    reservation and the payment id), not at the user details that list them among others."""
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
+                if [m.content for m in t.messages if m.role == "user" and (m.content or "").startswith("Second, I want to add")])
+    drill = min((d for d in copy_drills(demo) if d.messages[-1].tool_calls and d.messages[-1].tool_calls[0].name == "update_reservation_baggages"),
+                key=lambda d: len(d.messages))
+    arguments = drill.messages[-1].tool_calls[0].parsed_arguments()
+    opening = drill.messages[0].content
+    assert opening.startswith("Second, I want to add")
+    assert arguments["reservation_id"] in opening and arguments["payment_id"] in opening
+    assert [m.role for m in drill.messages].count("user") == 2  # the request and the "yes" to the confirmation
 
 
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():
@@ -123,3 +161,43 @@ def test_drill_steps_come_first_then_every_nth_step():
     assert [is_drill_step(s, 3, 4) for s in range(11)] == [True] * 3 + [False, False, False, True] * 2
     assert not any(is_drill_step(s, 0, 0) for s in range(10))
     assert [is_drill_step(s, 2, 0) for s in range(5)] == [True, True, False, False, False]
+
+
+class _NextId(torch.nn.Module):
+    """A "model" whose argmax after token t is t + 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None):
+        return type("Out", (), {"logits": torch.nn.functional.one_hot((input_ids + 1) % 20, 20).float()})
+
+
+def test_exact_final_turns_judges_only_the_last_assistant_turn():
+    examples = [([1, 2, 3, 4, 5], [0, 0, 1, 1, 1]),  # 3, 4, 5 follow 2, 3, 4: exact
+                ([1, 2, 3, 9], [0, 1, 0, 1]),  # 9 after 3: wrong
+                ([1, 7, 3, 4], [0, 1, 0, 1])]  # the earlier turn (7) is wrong, the last (4) right
+    assert exact_final_turns(_NextId(), examples, pad_id=0, batch_size=2) == pytest.approx(2 / 3)
+
+
+def test_read_call_drills_end_with_a_read(demos):
+    reads = read_call_drills([d for t in demos for d in copy_drills(t)])
+    names = {c.function.name for d in reads for c in d.messages[-1].tool_calls}
+    assert reads and names <= {"get_user_details", "get_reservation_details", "search_direct_flight"}
+
+
+@pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [
+    ([0.1, 0.4, 0.9], 1000, 2 + 100 + 1, [2, 52, 102]),  # drills on until the check passes
+    ([0.0] * 9, 70, 2 + 70 + 1, [2, 52, 72]),  # or until drill_extra_max
+    ([0.0], 0, 2 + 1, [2]),
+])
+def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, checked_at):
+    model = tiny_qwen3(tiny_qwen3_config(30, hidden_size=16, num_hidden_layers=1))
+    example = ([1, 2, 3, 4], [0, 0, 1, 1])
+    recipe = AgentRecipe(max_steps=1, drill_steps=2, drill_every=0, drill_target=0.8, drill_extra_max=extra_max,
+                         drill_batch_size=1, batch_size=1, warmup_steps=1)
+    answers = iter(checks)
+    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=lambda m: next(answers))
+    assert history["steps"] == steps == len(history["losses"])
+    assert [c["step"] for c in history["drill_checks"]] == checked_at

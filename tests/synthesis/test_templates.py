@@ -3,7 +3,7 @@ and their rewards give the hand-computed values for known behaviours."""
 
 import pytest
 
-from tracerl.core.messages import Action
+from tracerl.core.messages import Action, Message
 from tracerl.synthesis.checks import play, validate_env
 from tracerl.synthesis.target import tool_families
 from tracerl.synthesis.templates import TEMPLATES, template_for
@@ -140,17 +140,21 @@ def test_user_answers_like_the_airline_user(airline):
     assert terminated and out[0].content == "No, thank you. Goodbye."
 
 
-def test_requests_open_like_the_airline_users(airline):
+def test_requests_come_one_at_a_time_like_the_airline_users(airline):
     from tracerl.envs.registry import make_env
 
     airline_openings = [make_env("airline").reset(seed=s)[0][-1].content for s in range(8)]
-    assert any(o.startswith("Hi! I have 2 requests. First, ") for o in airline_openings)
+    assert any(o.startswith("Hi! I have 2 requests. First, I want to ") for o in airline_openings)
     env = MultiStepCompletionEnv(airline, difficulty=0)
-    opening = env.reset(seed=3)[0][-1].content
+    messages, _ = env.reset(seed=3)
     first, second = (env.request_phrase(env.target.tool(g.name), g.arguments["reservation_id"], g.arguments)
                      for g in env._task.gold)
-    assert opening == f"Hi! I have 2 requests. First, {first}. Second, {second}."
-    assert env._task.restate == f"I want to: {first}; {second}."
+    assert messages[-1].content == f"Hi! I have 2 requests. First, I want to {first}."
+    assert "ask the user for the next request" in messages[0].content
+    assert env.step(Message.assistant("Sure."))[0][-1].content == f"First, I want to {first}."
+    assert env.step(Message.assistant("Please tell me your next request."))[0][-1].content == f"Second, I want to {second}."
+    said, _, terminated, _, _ = env.step(Message.assistant("Done. Please tell me your next request."))
+    assert said[-1].content == "That is all. Goodbye." and terminated
 
 
 def test_hint_goes_into_system_prompt_and_is_strippable(retail):

@@ -2,16 +2,17 @@
 
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
 then for each request read the reservation (and search flights for a change), check the rule,
-state the action and amount and ask to confirm, make the write; refuse forbidden requests;
-close with "Is there anything else?". Their episodes have a model's shape: one tool call (with
-an id) or one text per assistant turn.
+state the action and amount and ask to confirm, make the write, and ask for the next request;
+refuse forbidden requests (asking for the next one in the same message). The user gives its
+requests one at a time and ends when asked for one after the last. Their episodes have a model's
+shape: one tool call (with an id) or one text per assistant turn.
 
 `flawed` plants four faults, each drawn once per episode with its own probability, seeded by
 (policy seed, task seed) — reproducible and independent of batching:
 
 - `p1` skip_precondition: perform forbidden requests anyway (a cancel without reading the
   reservation; a change of a basic_economy booking; a certificate nobody is owed);
-- `p2` stop_early: stop after the first of several requests;
+- `p2` stop_early: close after the first of several requests instead of asking for the next;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
   meets the constraint, bags ignoring the free allowance, a wrong certificate or refund amount) —
   one whose mistake changes the outcome (a wrong refund amount that another message happens to
@@ -48,8 +49,8 @@ from tracerl.envs.airline.tasks import AirlineTask, SubTask, SubTaskKind
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
 SUBTASK_KINDS = SubTaskKind.__args__  # what a fault may be scoped to
 GREETING = "Hello! Please tell me your user id."
-CLOSING = "All your requests are handled. Is there anything else?"
-ANYTHING_ELSE = " Is there anything else?"
+NEXT_REQUEST = "Please tell me your next request."
+CLOSING = "All your requests are handled. Is there anything else?"  # stop_early's close, and after the plan
 
 
 class ScriptedAirlinePolicy:
@@ -118,13 +119,10 @@ class ScriptedAirlinePolicy:
         script = _Script()
         script.say(GREETING)
         script.call(Action(name="get_user_details", arguments={"user_id": task.user_id}))
-        closed = False
         for i, sub in enumerate(handled):
-            last = i == len(handled) - 1
             if not sub.allowed and i not in ignored:
                 script.calls(sub.reads)
-                script.say(sub.say + (ANYTHING_ELSE if last else ""))
-                closed = last
+                script.say(f"{sub.say} {NEXT_REQUEST}")
                 continue
             reads, writes, text = _variant(sub, mispick == i)
             script.calls(reads)
@@ -133,8 +131,10 @@ class ScriptedAirlinePolicy:
                 if corrupt == (i, j):
                     write = with_unit(write) if scoped_corruption and _counts(write) else corrupt_action(write, task, rng)
                 script.call(write)
-        if not closed:
-            script.say(CLOSING)
+            script.say(NEXT_REQUEST)
+        if stop_early:
+            script.messages[-1] = Message.assistant(CLOSING if handled[0].allowed or 0 in ignored
+                                                    else f"{handled[0].say} {CLOSING}")
         return script.messages, drawn, planted
 
 
@@ -144,7 +144,7 @@ def mispick_changes_outcome(subs: list[SubTask], index: int) -> bool:
     sub = subs[index]
     if sub.mispick_writes != sub.writes:
         return True
-    others = [GREETING, CLOSING, *(s.say for j, s in enumerate(subs) if j != index)]
+    others = [GREETING, CLOSING, NEXT_REQUEST, *(s.say for j, s in enumerate(subs) if j != index)]
     return any(not any(mentions(text, c) for text in others) for c in sub.communicate)
 
 

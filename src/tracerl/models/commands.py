@@ -20,16 +20,19 @@ def build_agent_command(
     out: Annotated[Path, typer.Option(help="Output directory (the shipped agent lives in src/tracerl/models/tiny_agent).")] = Path("tiny_agent"),
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
     policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4 (a rate may be scoped to a request kind: 1@cancel).")] = "flawed:0.6,0.6,0.2,0.2",
-    episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 2000,
+    episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
     drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
+    drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out read-call drills is copied exactly (0: no check).")] = 0.95,
+    drill_extra_max: Annotated[int, typer.Option(help="At most this many drill steps more.")] = 1000,
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
-    drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 2000,
+    drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 4000,
+    drill_max_tokens: Annotated[int, typer.Option(help="Longest id drill kept, in tokens.")] = 768,
     batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 8,
     learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
     hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
-    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")] = 1024,
+    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")] = 2048,
     eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
     test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
@@ -41,10 +44,14 @@ def build_agent_command(
 
     if not policy.startswith("flawed"):
         raise InputError(f"--policy must be a flawed reference policy spec (flawed:p1,p2,p3,p4), got '{policy}'")
-    for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads)):
+    for flag, value in (("--episodes", episodes), ("--steps", steps), ("--batch-size", batch_size), ("--threads", threads),
+                        ("--drill-max-tokens", drill_max_tokens)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every), ("--drill-episodes", drill_episodes)):
+    if not 0 <= drill_target <= 1:
+        raise InputError(f"--drill-target must be between 0 and 1, got {drill_target}")
+    for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every), ("--drill-episodes", drill_episodes),
+                        ("--drill-extra-max", drill_extra_max)):
         if value < 0:
             raise InputError(f"{flag} must be 0 or more, got {value}")
     check_device(device)
@@ -52,7 +59,8 @@ def build_agent_command(
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
     recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
-                         drill_episodes=drill_episodes, hidden_size=hidden_size, num_hidden_layers=layers,
+                         drill_target=drill_target, drill_extra_max=drill_extra_max,
+                         drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
                          vocab_size=vocab_size, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
@@ -61,7 +69,7 @@ def build_agent_command(
                   TimeElapsedColumn(), console=console, transient=True, disable=json_output) as bar:
         task = bar.add_task("sft", total=steps + drill_steps, loss="-")
         report = build_agent(out, recipe, command=command, device=device, log=lambda m: console.print(m, highlight=False),
-                             progress=lambda i, n, loss: bar.update(task, completed=i, loss=f"{loss:.3f}"))
+                             progress=lambda i, n, loss: bar.update(task, completed=i, total=n, loss=f"{loss:.3f}"))
     if json_output:
         typer.echo(json.dumps(report, indent=2))
         return

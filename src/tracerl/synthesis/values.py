@@ -19,7 +19,7 @@ from tracerl.core.tools import ToolSchema
 
 _QUOTED = re.compile(r"'([^']*)'")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_WORD_CODE = re.compile(r"^[a-z]+(?:_[a-z]+)+$")  # 'wren_amber': a code made of words
+_WORD_CODE = re.compile(r"^[a-z]+(?:_[a-z]+)*$")  # 'wren_amber', 'wren': a code made of words
 
 
 def examples_of(description: str) -> list[str]:

@@ -56,7 +56,7 @@ class Flight(_Record):
 
 
 class PaymentMethod(_Record):
-    payment_id: str  # "credit_card_4821", "gift_card_1932", "certificate_0001"
+    payment_id: str  # "credit_card_violin", "gift_card_harp", "certificate_0001"
     source: Literal["credit_card", "gift_card", "certificate"]
     amount: int | None = None  # certificates: the value
 

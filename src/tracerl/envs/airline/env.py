@@ -50,7 +50,7 @@ class AirlineEnv(ToolEnv):
             seeds = SPLITS[self.split]
             raise ValueError(f"seed {seed} is not in the {self.split} split [{seeds.start}, {seeds.stop})")
         self.task = generate_task(seed)
-        self.user = ScriptedUser(self.task)
+        self.user = ScriptedUser.for_airline(self.task)
         self._tools.bind(_copy(self.task.db))
         opening = [Message.system(POLICY), Message.user(self.user.opening())]
         info = self.task.info()

@@ -16,15 +16,18 @@ BAG_FEE = 50
 CERTIFICATE_PER_PASSENGER = 100
 COVERED_REASONS = ("health", "weather")
 
+# The user gives its requests one at a time (tracerl.envs.airline.user); the capability templates state this line too.
+NEXT_REQUEST_RULE = "Handle one request at a time: when it is done or denied, ask the user for the next request."
+
 POLICY = f"""You are an airline agent. The current time is {NOW}.
 Ask the user for their user id, get the user details, and get each reservation before you act on it.
 Before each write, state the action and the amount, and ask the user to confirm. Make one tool call at a time.
 Deny any request the rules below forbid, and say why.
 Cancel: not allowed if a flight was already flown. Otherwise allowed only if one holds: the booking was made in the last 24 hours; the airline cancelled a flight; the cabin is business; the insurance is yes and the reason is health or weather. The refund is the sum of the payment history.
-Change flight: not allowed for basic_economy. Keep origin, destination and cabin. Pick the cheapest direct flight that meets the user's needs and list every flight of the reservation. The price difference is (new price - old price) x passengers.
+Change flight: not allowed for basic_economy. Keep origin, destination and cabin. Pick the cheapest direct flight that meets the user's needs and list every flight of the reservation. Tell the user the new flight's price per passenger.
 Bags: free bags per passenger are basic_economy 0, economy 1, business 2, plus 1 for silver and 2 for gold members. Each extra bag costs {BAG_FEE}.
 Compensation: only when asked, only for a cancelled flight, and only if the user is silver or gold, has insurance, or flies business. Send a certificate of {CERTIFICATE_PER_PASSENGER} x passengers.
-Tell the user every amount. When all requests are handled, ask if there is anything else."""
+Tell the user every amount. {NEXT_REQUEST_RULE}"""
 
 _FREE_BAGS = {"basic_economy": 0, "economy": 1, "business": 2}
 _MEMBER_BONUS = {"regular": 0, "silver": 1, "gold": 2}

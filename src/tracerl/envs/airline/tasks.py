@@ -11,7 +11,9 @@ reservation of one user:
 - `certificate`  precondition + reasoning: eligible only for a cancelled flight and a silver/gold
                  member, an insured or a business reservation; 100 × passengers.
 
-Two or more sub-tasks make a `multi` task (multi-step completion). Tool precision runs through
+Two or more sub-tasks make a `multi` task (multi-step completion): the user opens with the first
+request and gives each next one when the agent asks for it, so the ids a request's calls need are in
+the user's latest message. Tool precision runs through
 all of them (exact ids, argument names and types). Each sub-task also carries what the reference
 policies need: the reads to make, the confirmation or refusal text, and the faulty variants
 planted by the `flawed` policy (a mis-picked value; the write it would make if it ignored the rule).
@@ -42,7 +44,7 @@ SubTaskKind = Literal["cancel", "change", "bags", "certificate"]
 _SINGLE_KINDS = (("cancel", 0.25), ("change", 0.20), ("bags", 0.15), ("certificate", 0.10), ("multi", 0.30))
 _MULTI_SIZES = ((2, 0.55), (3, 0.35), (4, 0.10))
 _MULTI_KINDS = (("cancel", 0.35), ("change", 0.25), ("bags", 0.25), ("certificate", 0.15))
-_ORDINALS = ("First", "Second", "Third", "Fourth")
+ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth")  # the templates ask up to 6
 # how often a request is allowed by the rules (bags always are); single requests are forbidden more often
 _ALLOWED_RATES = {"single": {"cancel": 0.5, "change": 0.75, "certificate": 0.5},
                   "multi": {"cancel": 0.75, "change": 0.8, "certificate": 0.75}}
@@ -54,19 +56,26 @@ LAST_NAMES = ("lee", "kim", "garcia", "smith", "patel", "rossi", "khan", "silva"
               "brown", "ali", "wang", "davis", "muller", "jones", "costa", "sato", "ahmed")
 REASONS = {"change_of_plan": "a change of plan", "health": "my health", "weather": "the weather",
            "airline_cancelled": "a flight the airline cancelled"}
-PAYMENT_WORDS = {"credit_card": "credit card", "gift_card": "gift card"}
-# Reservation ids are two code words ('wren_amber'), not τ²-bench's random 6-character codes
-# ('8JX2WO'). A small agent copies a run of word tokens that occur nowhere else in the episode
-# (each word recalls the next), as it copies the names of a user id; a code of letters and
-# digits is a run of characters that recur all over the episode, and a 0.9M-parameter agent
-# never learnt to copy it (benchmarks/README.md, "Reservation ids a small agent can copy").
+# A reservation id is one code word ('wren'), a single token, not τ²-bench's random 6-character
+# codes ('8JX2WO'). A code of letters and digits is a run of characters that recur all over the
+# episode, and a 0.9M-parameter agent never learnt to copy it; of a two-word id ('wren_amber') it
+# learnt the first word's lookup or the second word's, not both, from one drill mix to the next
+# (benchmarks/README.md, "Reservation ids a small agent can copy", "One request at a time").
 CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch", "maple", "oak", "pine",
               "rowan", "willow", "yew", "crane", "dove", "egret", "finch", "heron", "ibis", "kite", "lark",
               "otter", "owl", "robin", "swan", "tern", "wren", "amber", "coral", "jade", "onyx", "opal",
               "pearl", "ruby", "topaz", "comet", "ember", "frost", "meadow", "orbit", "pebble", "prism",
               "quartz", "river", "summit", "tundra", "valley")
 _CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
-RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}_{_CODE_WORD}\b")
+RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}\b")
+# User and payment ids end in a word of their own pool ('mia_lee_plum', 'gift_card_harp'), for the
+# same reason: a run of digits is copied far less reliably than a word (benchmarks/README.md,
+# "One request at a time").
+ID_WORDS = ("anchor", "basket", "bucket", "button", "candle", "carpet", "castle", "cotton", "drum", "feather",
+            "fiddle", "hammer", "harp", "helmet", "island", "jacket", "kettle", "ladder", "ladle", "lantern",
+            "lemon", "magnet", "marble", "mirror", "mitten", "needle", "olive", "paddle", "parcel", "pepper",
+            "pillow", "plum", "pocket", "puzzle", "rocket", "saddle", "sandal", "shovel", "spoon", "teapot",
+            "tunnel", "velvet", "violin", "wagon", "whistle", "zipper")
 
 
 def task_seeds(split: str, n: int, offset: int = 0) -> list[int]:
@@ -92,7 +101,7 @@ class SubTask(BaseModel):
     rule: str  # why it is allowed or forbidden, in policy words
     request: str  # the user's words
     reason: str | None = None  # cancel: the reason, in the user's words
-    payment: str | None = None  # change / bags: the payment method the user wants, in words ("gift card")
+    payment: str | None = None  # change / bags: the payment id the user names ("gift_card_harp")
     reads: list[Action]  # what the oracle reads for this sub-task, in order
     writes: list[Action]  # gold writes (empty when forbidden)
     communicate: list[str]
@@ -112,7 +121,7 @@ class AirlineTask(BaseModel):
     task_id: str
     task_kind: str  # the sub-task kind, or "multi"
     user_id: str
-    opening: str
+    opening: str  # the user's first message: the first request (the others come one at a time)
     db: AirlineDB  # the initial database; never mutated (environments work on a copy)
     subtasks: list[SubTask]
 
@@ -188,7 +197,7 @@ class _Builder:
                 return value
 
     def reservation_id(self) -> str:
-        return self._unique(lambda: "_".join(self.rng.sample(CODE_WORDS, 2)))
+        return self._unique(lambda: self.rng.choice(CODE_WORDS))
 
     def flight_number(self) -> str:
         return self._unique(lambda: f"HAT{self.rng.randrange(100, 1000)}")
@@ -216,9 +225,10 @@ class _Builder:
 
     def make_user(self) -> User:
         first, last = self.rng.choice(FIRST_NAMES), self.rng.choice(LAST_NAMES)
-        user_id = f"{first}_{last}_{self.rng.randrange(100, 1000)}"
-        methods = [PaymentMethod(payment_id=f"credit_card_{self.rng.randrange(1000, 10000)}", source="credit_card"),
-                   PaymentMethod(payment_id=f"gift_card_{self.rng.randrange(1000, 10000)}", source="gift_card")]
+        user_id = f"{first}_{last}_{self.rng.choice(ID_WORDS)}"
+        word = lambda prefix: self._unique(lambda: f"{prefix}_{self.rng.choice(ID_WORDS)}")  # noqa: E731
+        methods = [PaymentMethod(payment_id=word("credit_card"), source="credit_card"),
+                   PaymentMethod(payment_id=word("gift_card"), source="gift_card")]
         self.rng.shuffle(methods)
         membership = _pick(self.rng, (("regular", 0.5), ("silver", 0.3), ("gold", 0.2)))
         user = User(user_id=user_id, name=f"{first.title()} {last.title()}", membership=membership,
@@ -252,9 +262,7 @@ class _Builder:
         nonfree = max(0, total - free)
         fare = sum(s.price for s in segments) * passengers + (30 * passengers if insurance == "yes" else 0)
         card = self.rng.choice(user.payment_methods).payment_id
-        history = [Payment(payment_id=card, amount=fare)]
-        if nonfree:
-            history.append(Payment(payment_id=card, amount=nonfree * BAG_FEE))
+        history = [Payment(payment_id=card, amount=fare + nonfree * BAG_FEE)]  # one payment: the refund is the amount read
         reservation = Reservation(
             reservation_id=self.reservation_id(), user_id=user.user_id, origin=origin, destination=destination,
             flight_type="round_trip" if round_trip else "one_way", cabin=cabin, flights=segments,
@@ -273,9 +281,8 @@ class _Builder:
             return _fmt(now - timedelta(hours=self.rng.randrange(25, 30)))
         return _fmt(now - timedelta(days=self.rng.randrange(2, 30), hours=self.rng.randrange(0, 12)))
 
-    def payment_choice(self, user: User) -> tuple[str, str]:
-        method = self.rng.choice([m for m in user.payment_methods if m.source != "certificate"])
-        return method.payment_id, PAYMENT_WORDS[method.source]
+    def payment_choice(self, user: User) -> str:
+        return self.rng.choice([m for m in user.payment_methods if m.source != "certificate"]).payment_id
 
     # --- sub-tasks -------------------------------------------------------------------------
     def cancel(self, user: User, allowed: bool) -> SubTask:
@@ -322,17 +329,15 @@ class _Builder:
         if not allowed:
             return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot cancel reservation {rid}: {rule}.",
+                           say=f"Sorry, I cannot cancel this reservation: {rule}.",
                            anyway_reads=[], anyway_writes=[write],
-                           anyway_say=f"I will cancel reservation {rid}. Do you confirm?")
+                           anyway_say="I will cancel this reservation. Do you confirm?")
         n = len(reservation.passengers)
-        wrong = _wrong_number(amount, [reservation.payment_history[0].amount if len(reservation.payment_history) > 1 else 0,
-                                       amount // n if n > 1 else 0, amount - 30 * n])
-        say = "I will cancel reservation {rid}. The refund is {amount} dollars. Do you confirm?"
+        wrong = _wrong_number(amount, [amount // n if n > 1 else 0, amount - 30 * n])
+        say = "I will cancel this reservation. The refund is {amount} dollars. Do you confirm?"
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                        writes=[write], communicate=[str(amount)], reasoning_args=[],
-                       say=say.format(rid=rid, amount=amount),
-                       mispick_writes=[write], mispick_say=say.format(rid=rid, amount=wrong))
+                       say=say.format(amount=amount), mispick_writes=[write], mispick_say=say.format(amount=wrong))
 
     def change(self, user: User, allowed: bool) -> SubTask:
         rng = self.rng
@@ -356,36 +361,33 @@ class _Builder:
         else:
             wrong = min(candidates, key=lambda f: f.prices[cabin])
         kept = [{"flight_number": f.flight_number, "date": f.date} for f in reservation.flights[1:]]
-        payment_id, payment_words = self.payment_choice(user)
+        payment_id = self.payment_choice(user)
 
         def write_for(flight: Flight) -> Action:
             flights = [{"flight_number": flight.flight_number, "date": flight.date}, *kept]
             return Action(name="update_reservation_flights",
                           arguments={"reservation_id": rid, "cabin": cabin, "flights": flights, "payment_id": payment_id})
 
-        def say_for(flight: Flight) -> tuple[str, int]:
-            diff = (flight.prices[cabin] - old.price) * n
+        def say_for(flight: Flight) -> str:
             keep = "".join(f" and keep flight {k['flight_number']} on {k['date']}" for k in kept)
-            money = (f"You pay {diff} dollars more with {payment_id}." if diff > 0
-                     else f"You get {-diff} dollars back to {payment_id}.")
-            return (f"I will change reservation {rid} to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. "
-                    f"{money} Do you confirm?"), diff
+            return (f"I will change this reservation to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. "
+                    f"The new flight costs {flight.prices[cabin]} dollars per passenger. Do you confirm?")
 
         need = {"any": "", "after": " departing after 12:00", "before": " departing before 12:00"}[constraint]
         request = (f"change flight {old.flight_number} of reservation {rid} to the cheapest direct flight on {new_day}"
-                   f"{need}, paid with my {payment_words}")
+                   f"{need}, paid with {payment_id}")
         search = Action(name="search_direct_flight",
                         arguments={"origin": reservation.origin, "destination": reservation.destination, "date": new_day})
         read = Action(name="get_reservation_details", arguments={"reservation_id": rid})
-        best_say, diff = say_for(best)
+        best_say = say_for(best)
         if not allowed:
-            return SubTask(kind="change", reservation_id=rid, allowed=False, rule=rule, request=request, payment=payment_words, reads=[read],
+            return SubTask(kind="change", reservation_id=rid, allowed=False, rule=rule, request=request, payment=payment_id, reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot change reservation {rid}: {rule}.",
+                           say=f"Sorry, I cannot change this reservation: {rule}.",
                            anyway_reads=[read, search], anyway_writes=[write_for(best)], anyway_say=best_say)
-        return SubTask(kind="change", reservation_id=rid, allowed=True, rule=rule, request=request, payment=payment_words, reads=[read, search],
-                       writes=[write_for(best)], communicate=[str(abs(diff))], reasoning_args=["flights"], say=best_say,
-                       mispick_writes=[write_for(wrong)], mispick_say=say_for(wrong)[0])
+        return SubTask(kind="change", reservation_id=rid, allowed=True, rule=rule, request=request, payment=payment_id, reads=[read, search],
+                       writes=[write_for(best)], communicate=[str(best.prices[cabin])], reasoning_args=["flights"], say=best_say,
+                       mispick_writes=[write_for(wrong)], mispick_say=say_for(wrong))
 
     def _candidates(self, origin: str, destination: str, date: str, cabin: str, constraint: str, old_price: int) -> list[Flight]:
         """3–4 available flights; ≥ 2 meet the constraint; a constrained search's overall cheapest does not.
@@ -421,20 +423,20 @@ class _Builder:
                                            created_at=self.created(False), insurance=rng.choice(("yes", "no")),
                                            total_bags=current)
         rid = reservation.reservation_id
-        payment_id, payment_words = self.payment_choice(user)
+        payment_id = self.payment_choice(user)
 
         def write(total: int, nonfree: int) -> Action:
             return Action(name="update_reservation_baggages", arguments={
                 "reservation_id": rid, "total_baggages": total, "nonfree_baggages": nonfree, "payment_id": payment_id})
 
         def say(total: int, nonfree: int) -> str:
-            return (f"I will set reservation {rid} to {total} bags, {nonfree} of them paid. "
-                    f"You pay {nonfree * BAG_FEE} dollars with {payment_id}. Do you confirm?")
+            return (f"I will set this reservation to {total} bags, {nonfree} of them paid. "
+                    f"You pay {nonfree * BAG_FEE} dollars. Do you confirm?")
 
         bag_words = "1 checked bag" if added == 1 else f"{added} checked bags"
         return SubTask(kind="bags", reservation_id=rid, allowed=True, rule=f"{free} free bags", reads=[
             Action(name="get_reservation_details", arguments={"reservation_id": rid})],
-            request=f"add {bag_words} to reservation {rid}, paid with my {payment_words}", payment=payment_words,
+            request=f"add {bag_words} to reservation {rid}, paid with {payment_id}", payment=payment_id,
             writes=[write(current + added, extra)], communicate=[str(extra * BAG_FEE)],
             reasoning_args=["total_baggages", "nonfree_baggages"], say=say(current + added, extra),
             mispick_writes=[write(current + added, added)], mispick_say=say(current + added, added))
@@ -468,13 +470,13 @@ class _Builder:
             return Action(name="send_certificate", arguments={"user_id": user.user_id, "amount": value})
 
         def say(value: int) -> str:
-            return f"I will send you a certificate of {value} dollars for reservation {rid}. Do you confirm?"
+            return f"I will send you a certificate of {value} dollars. Do you confirm?"
 
         request = f"get compensation for the cancelled flight in reservation {rid}"
         if not allowed:
             return SubTask(kind="certificate", reservation_id=rid, allowed=False, rule=rule, request=request, reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot offer compensation for reservation {rid}: {rule}.",
+                           say=f"Sorry, I cannot offer compensation for this reservation: {rule}.",
                            anyway_reads=[read], anyway_writes=[write(amount)], anyway_say=say(amount))
         wrong = _wrong_number(amount, [50 * n, amount + 100])
         return SubTask(kind="certificate", reservation_id=rid, allowed=True, rule=rule, request=request, reads=[read],
@@ -513,13 +515,22 @@ class _Builder:
             self.add_reservation(user, cabin=rng.choice(("economy", "business")), round_trip=False,
                                  passengers=rng.randrange(1, 3), created_at=self.created(False), insurance="no")
         rng.shuffle(user.reservations)
-        if len(subs) == 1:
-            opening = f"Hi! I want to {subs[0].request}."
-        else:
-            parts = " ".join(f"{_ORDINALS[i]}, {s.request}." for i, s in enumerate(subs))
-            opening = f"Hi! I have {len(subs)} requests. {parts}"
+        opening = opening_text([s.request for s in subs])
         return AirlineTask(seed=self.seed, task_id=f"airline-{self.seed}", task_kind=kind, user_id=user.user_id,
                            opening=opening, db=self.db, subtasks=subs)
+
+
+def opening_text(requests: list[str]) -> str:
+    """The user's first message: "Hi! I want to …." or "Hi! I have 3 requests. First, I want to …."."""
+    return f"Hi! {request_text(requests, 0)}" if len(requests) == 1 else \
+        f"Hi! I have {len(requests)} requests. {request_text(requests, 0)}"
+
+
+def request_text(requests: list[str], index: int) -> str:
+    """How the user states request `index` of several ("Second, I want to …."); one alone: "I want to …."."""
+    if len(requests) == 1:
+        return f"I want to {requests[0]}."
+    return f"{ORDINALS[index]}, I want to {requests[index]}."
 
 
 def _prices_around(cabin: str, value: int, rng: random.Random) -> dict[str, int]:

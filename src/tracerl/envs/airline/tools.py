@@ -54,6 +54,7 @@ class AirlineTools(Toolbox):
         statuses = flight_statuses(self.db, reservation)
         return {
             "reservation_id": reservation.reservation_id,
+            "user_id": reservation.user_id,
             "origin": reservation.origin,
             "destination": reservation.destination,
             "flight_type": reservation.flight_type,
@@ -77,7 +78,7 @@ class AirlineTools(Toolbox):
         """Get the details of a user: membership, payment methods and reservation ids.
 
         Args:
-            user_id: The user ID, such as 'sara_doe_496'.
+            user_id: The user ID, such as 'sara_doe_plum'.
         """
         user = self._user(user_id)
         return {
@@ -93,7 +94,7 @@ class AirlineTools(Toolbox):
         """Get the details of a reservation.
 
         Args:
-            reservation_id: The reservation ID, such as 'wren_amber'.
+            reservation_id: The reservation ID, such as 'wren'.
         """
         return self.reservation_view(self._reservation(reservation_id))
 
@@ -119,7 +120,7 @@ class AirlineTools(Toolbox):
         """Cancel the whole reservation; the payments are refunded to their methods.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -140,10 +141,10 @@ class AirlineTools(Toolbox):
         """Update the flights of a reservation; the price difference is paid or refunded with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
             cabin: The cabin class of the reservation.
             flights: Every flight of the new reservation ({flight_number, date}), unchanged ones included.
-            payment_id: A payment id from the user profile, such as 'credit_card_7815'.
+            payment_id: A payment id from the user profile, such as 'credit_card_violin'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -178,10 +179,10 @@ class AirlineTools(Toolbox):
         """Update the checked bags of a reservation; extra non-free bags are paid with payment_id.
 
         Args:
-            reservation_id: The reservation ID, such as 'maple_opal'.
+            reservation_id: The reservation ID, such as 'maple'.
             total_baggages: The new total number of checked bags.
             nonfree_baggages: The new number of paid checked bags.
-            payment_id: A payment id from the user profile, such as 'credit_card_7815'.
+            payment_id: A payment id from the user profile, such as 'credit_card_violin'.
         """
         reservation = self._reservation(reservation_id)
         if reservation.status == "cancelled":
@@ -201,7 +202,7 @@ class AirlineTools(Toolbox):
         """Send a travel certificate to a user as compensation.
 
         Args:
-            user_id: The user ID, such as 'sara_doe_496'.
+            user_id: The user ID, such as 'sara_doe_plum'.
             amount: The amount of the certificate to send.
         """
         user = self._user(user_id)

@@ -1,59 +1,83 @@
 """The scripted user: deterministic, template-based, answers from its scenario.
 
-It opens with its request(s), answers the agent's questions, says "yes" to a confirmation
-request, ends the conversation when the agent closes or refuses its only request, and otherwise
-restates what it wants. Keyword rules on the agent's text (lower-cased), first match wins:
+It opens with its first request and gives the others one at a time, each when the agent asks for
+the next request; it answers the agent's questions about the request at hand, says "yes" to a
+confirmation request, and ends the conversation when the agent closes, when it asks for a next
+request after the last, or when it refuses the last request. Keyword rules on the agent's text
+(lower-cased), first match wins:
 
     closing ("anything else", "goodbye", "all done")  -> "No, thank you. Goodbye."          (ends)
-    refusal ("cannot"), one request only               -> "I understand. Goodbye."           (ends)
-    refusal ("cannot"), several requests               -> "OK, I understand."
+    "next request", another request left               -> "Second, I want to <request>."
+    "next request", none left                          -> "That is all. Goodbye."            (ends)
+    refusal ("cannot"), of the last request            -> "I understand. Goodbye."           (ends)
+    refusal ("cannot"), another request left           -> "OK, I understand."
     confirmation ("confirm", "proceed")                -> "yes"
     "user id"                                          -> "My user id is <id>."
-    "reservation id", "which reservation"              -> "The reservation id is <id>." / "… ids are <ids>."
-    "reason"  (when a cancellation was asked)          -> "The reason is <reason>."
-    "payment", "pay with" (when a payment is involved) -> "Please use my <credit card | gift card>."
-    anything else                                      -> "I want to <request>." / "I want to: <requests>."
+    the request's own questions, in order; the airline's:
+      "reservation id", "which reservation"            -> "The reservation id is <id>."
+      "reason"  (a cancellation)                       -> "The reason is <reason>."
+      "payment", "pay with" (a change or bags)         -> "Please use <payment id>."
+    anything else                                      -> the request at hand, restated
+
+The capability templates' users are this user with their own requests and no questions of their own.
 """
 
 from __future__ import annotations
 
-from tracerl.envs.airline.tasks import AirlineTask
+from tracerl.envs.airline.tasks import AirlineTask, opening_text, request_text
 
 CLOSING_WORDS = ("anything else", "goodbye", "all done")
+NEXT_WORDS = ("next request",)
 REFUSAL_WORDS = ("cannot",)
 CONFIRM_WORDS = ("confirm", "proceed")
 GOODBYE = "No, thank you. Goodbye."
+ALL_GIVEN = "That is all. Goodbye."
+
+Question = tuple[tuple[str, ...], str]  # (keywords in the agent's text, the user's answer)
 
 
 class ScriptedUser:
-    def __init__(self, task: AirlineTask):
-        self.task = task
+    """`requests` in the user's words; `questions[i]`: what the user answers about request i."""
+
+    def __init__(self, requests: list[str], user_id: str | None, questions: list[list[Question]] | None = None):
+        self.requests = requests
+        self.user_id = user_id
+        self.questions = questions or [[] for _ in requests]
+        self.current = 0  # the request at hand: the opening states request 0
+
+    @classmethod
+    def for_airline(cls, task: AirlineTask) -> ScriptedUser:
+        questions = []
+        for sub in task.subtasks:
+            asked: list[Question] = [(("reservation id", "which reservation"), f"The reservation id is {sub.reservation_id}.")]
+            if sub.reason:
+                asked.append((("reason",), f"The reason is {sub.reason}."))
+            if sub.payment:
+                asked.append((("payment", "pay with"), f"Please use {sub.payment}."))
+            questions.append(asked)
+        return cls([s.request for s in task.subtasks], task.user_id, questions)
 
     def opening(self) -> str:
-        return self.task.opening
+        return opening_text(self.requests)
 
     def reply(self, agent_text: str) -> tuple[str, bool]:
         """(the user's answer, whether the user ends the conversation)."""
         text = agent_text.lower()
-        subs = self.task.subtasks
+        last = self.current == len(self.requests) - 1
         if any(w in text for w in CLOSING_WORDS):
             return GOODBYE, True
+        if any(w in text for w in NEXT_WORDS):
+            if last:
+                return ALL_GIVEN, True
+            self.current += 1
+            return request_text(self.requests, self.current), False
         if any(w in text for w in REFUSAL_WORDS):
-            return ("I understand. Goodbye.", True) if len(subs) == 1 else ("OK, I understand.", False)
+            return ("I understand. Goodbye.", True) if last else ("OK, I understand.", False)
         if any(w in text for w in CONFIRM_WORDS):
             return "yes", False
-        if "user id" in text:
-            return f"My user id is {self.task.user_id}.", False
-        if "reservation id" in text or "which reservation" in text:
-            ids = [s.reservation_id for s in subs]
-            return (f"The reservation id is {ids[0]}." if len(ids) == 1 else f"The reservation ids are {', '.join(ids)}."), False
-        reasons = [f"{s.reason} for {s.reservation_id}" if len(subs) > 1 else s.reason for s in subs if s.reason]
-        if "reason" in text and reasons:
-            return f"The reason is {' and '.join(reasons)}.", False
-        payments = sorted({s.payment for s in subs if s.payment})
-        if ("payment" in text or "pay with" in text) and payments:
-            return f"Please use my {' and '.join(payments)}.", False
-        requests = [s.request for s in subs]
-        if len(requests) == 1:
-            return f"I want to {requests[0]}.", False
-        return "I want to: " + "; ".join(requests) + ".", False
+        if "user id" in text and self.user_id is not None:
+            return f"My user id is {self.user_id}.", False
+        for keywords, answer in self.questions[self.current]:
+            if any(k in text for k in keywords):
+                return answer, False
+        return request_text(self.requests, self.current), False

@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 
 from tracerl.core.messages import Action, Message, canonical_json
 from tracerl.core.tools import ToolSchema
+from tracerl.envs.airline.policy import NEXT_REQUEST_RULE
+from tracerl.envs.airline.user import ScriptedUser
 from tracerl.envs.base import ToolEnv
 from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
 from tracerl.synthesis.target import Target, ToolFamily, tool_families
@@ -31,13 +33,7 @@ _VERB_STATUS = {
     "cancel": "cancelled", "update": "updated", "modify": "modified", "return": "return requested",
     "exchange": "exchange requested", "send": "sent", "book": "booked",
 }
-# The scripted user answers as the built-in airline domain's does (keyword rules, in this order).
-CLOSING_WORDS = ("anything else", "goodbye")
-REFUSAL_WORDS = ("cannot",)
-CONFIRM_WORDS = ("confirm", "proceed")
-GOODBYE = "No, thank you. Goodbye."
 MAX_DIFFICULTY = 4
-_ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth")  # at most 6 requests per task
 
 
 @dataclass
@@ -45,15 +41,13 @@ class Task:
     """One task instance: the database, the request, the policy rules and what solves it."""
 
     records: dict[str, dict[str, Any]]  # id -> the record the check tool returns
-    request: str  # the user's opening message
-    restate: str  # what the user says when the agent's text is not something it answers
+    requests: list[str]  # the user's requests, given one at a time ("cancel order #W1 (reason: …)")
     rules: list[str]  # policy lines for the system prompt
     hint: str  # expert guidance: how to go about it, never the calls themselves
     gold: list[Action]  # the oracle's call sequence
     kind: str  # a short label of the task's kind
     expected: dict[str, Any] = field(default_factory=dict)  # what the template's scorer needs
     user_id: str | None = None  # the user's id, given when the agent asks for it
-    n_requests: int = 1  # with several, a refusal does not end the chat
 
 
 class TemplateEnv(ToolEnv):
@@ -123,14 +117,6 @@ class TemplateEnv(ToolEnv):
         user = self.user_tool()
         return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
-    def opening(self, requests: list[str]) -> tuple[str, str]:
-        """(opening, restatement) in the airline user's style: "Hi! I want to …." and "I want to …." for
-        one request; "Hi! I have 2 requests. First, …. Second, …." and "I want to: …; …." for several."""
-        if len(requests) == 1:
-            return f"Hi! I want to {requests[0]}.", f"I want to {requests[0]}."
-        listed = " ".join(f"{_ORDINALS[i]}, {r}." for i, r in enumerate(requests))
-        return f"Hi! I have {len(requests)} requests. {listed}", "I want to: " + "; ".join(requests) + "."
-
     def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None) -> str:
         """'cancel_pending_order' on '#W1' → 'cancel pending order #W1 (reason: "no longer needed")'."""
         words = act.name.split("_")
@@ -198,7 +184,9 @@ class TemplateEnv(ToolEnv):
         else:
             lines = [*target.preamble] + ([""] if target.title.startswith("#") else []) + [
                 f"Use the tools to help the user with their {self.entity}s. Make one tool call at a time.", *task.rules]
-        lines += list(target.closing) or ["When all requests are handled, ask if there is anything else."]
+        lines += list(target.closing)
+        if not any(NEXT_REQUEST_RULE in line for line in lines):  # the user gives its requests one at a time
+            lines.append(NEXT_REQUEST_RULE)
         if hint:
             lines += ["", "## Expert guidance", task.hint]
         return "\n".join(lines)
@@ -208,7 +196,8 @@ class TemplateEnv(ToolEnv):
         self._task = task
         self._records = copy.deepcopy(task.records)
         self._calls: list[Action] = []  # successful calls, in order
-        self._turn_limit = self._fixed_max_turns or 10 + 3 * len(task.gold)
+        self._user = ScriptedUser(task.requests, task.user_id)
+        self._turn_limit = self._fixed_max_turns or 10 + 3 * len(task.gold) + len(task.requests)
         self.max_turns = self._turn_limit
         toolbox = Toolbox()
         user = self.user_tool()
@@ -222,7 +211,7 @@ class TemplateEnv(ToolEnv):
                 handler = self._write_handler(name)
             add_schema_tool(toolbox, schema, handler)
         hinted = bool(options.get("hint"))
-        opening = [Message.system(self.system_prompt(task, hinted)), Message.user(task.request)]
+        opening = [Message.system(self.system_prompt(task, hinted)), Message.user(self._user.opening())]
         plain = opening if not hinted else [Message.system(self.system_prompt(task, False)), opening[1]]
         info = {
             "task_id": f"{self.capability}-{seed}",
@@ -275,18 +264,7 @@ class TemplateEnv(ToolEnv):
         return copy.deepcopy({**example, **record})
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:
-        lowered = text.lower()
-        if any(w in lowered for w in CLOSING_WORDS):
-            return GOODBYE, True
-        if any(w in lowered for w in REFUSAL_WORDS):
-            if self._task.n_requests > 1:
-                return "OK, I understand.", False
-            return "I understand. Goodbye.", True
-        if any(w in lowered for w in CONFIRM_WORDS):
-            return "yes", False
-        if "user id" in lowered and self._task.user_id is not None:
-            return f"My user id is {self._task.user_id}.", False
-        return self._task.restate, False
+        return self._user.reply(text)
 
     def _score(self) -> tuple[float, dict[str, float]]:
         reward, breakdown = self.score(self._task, self._calls, self.write_attempts())

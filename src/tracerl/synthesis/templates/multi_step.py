@@ -1,7 +1,8 @@
 """multi_step_completion: the user asks for several writes; every one of them must be done.
 
-Task: 2 + difficulty requests (at most 6), each a write on its own record with the values the
-user gives; the ids are in the request, so no read is needed. Reward: per request, 0.5 for trying
+Task: 2 + difficulty requests (at most 6), given one at a time (the agent asks for each next
+one), each a write on its own record with the values the user gives; the ids are in the request,
+so no read is needed. Reward: per request, 0.5 for trying
 it (a call of its write tool on its record, failed calls and mistyped ids included — see
 `names_record`; each call counts for one request) and 0.5 for doing it exactly; averaged, and
 halved if any write was made that nobody asked for. Success = all done exactly, nothing else
@@ -37,14 +38,13 @@ class MultiStepCompletionEnv(TemplateEnv):
             args = self.arguments(act, rng, record_id)
             gold.append(Action(name=act.name, arguments=args))
             lines.append(self.request_phrase(act, record_id, args))
-        request, restate = self.opening(lines)
         hint = (
-            "The user has several requests. Keep a checklist: after each tool call, see which requests are "
-            "still open and handle the next one. Reply to the user only when every request is done."
+            "The user has several requests and gives them one at a time. When a request is done, ask the user "
+            "for the next request; close only when the user has none left."
         )
-        return Task(records=records, request=request, restate=restate,
+        return Task(records=records, requests=lines,
                     rules=["Requests: handle every request of the user before you close."], hint=hint, gold=gold,
-                    kind=f"{n}-step", user_id=self.new_user_id(rng), n_requests=n)
+                    kind=f"{n}-step", user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]

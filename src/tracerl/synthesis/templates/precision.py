@@ -43,14 +43,13 @@ class ToolCallPrecisionEnv(TemplateEnv):
                 if canonical_json(old) != canonical_json(args[name]):
                     line += f", not my old {name.replace('_', ' ')} {json.dumps(old, ensure_ascii=False)}"
             lines.append(line)
-        request, restate = self.opening(lines)
         hint = (
             "Copy every value exactly as the user wrote it — same spelling, case, symbols and list order — into "
             "the parameter with the matching name, and ignore values the user calls outdated."
         )
-        return Task(records=records, request=request, restate=restate,
+        return Task(records=records, requests=lines,
                     rules=["Values: use exactly the values the user gives."], hint=hint, gold=gold, kind=f"{n}-call",
-                    user_id=self.new_user_id(rng), n_requests=n)
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         shares = []

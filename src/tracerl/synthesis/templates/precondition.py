@@ -76,16 +76,15 @@ class PreconditionVerificationEnv(TemplateEnv):
                 gold.append(Action(name=act.name, arguments=args))
             allowed[record_id] = args if ok else None
             requests.append(self.request_phrase(act, record_id, args))
-        request, restate = self.opening(requests)
         hint = (
             f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
             "condition in the policy. Act only if all of them hold; otherwise make no change and tell the user "
             "which condition fails."
         )
         kind = "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
-        return Task(records=records, request=request, restate=restate, rules=self.rules(act.name), hint=hint,
+        return Task(records=records, requests=requests, rules=self.rules(act.name), hint=hint,
                     gold=gold, kind=kind, expected={"allowed": allowed, "act": act.name},
-                    user_id=self.new_user_id(rng), n_requests=n)
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]

@@ -54,14 +54,13 @@ class StructuredDataReasoningEnv(TemplateEnv):
         among = " among the active ones" if filtered else ""
         want = (f"{self.phrase(act)} for the one of my {self.entity}s {', '.join(ids)} {text}{among}"
                 + (f" ({details})" if details else ""))
-        request, restate = self.opening([want])
         gold = [Action(name=self.family.check.name, arguments={self.id_param: i}) for i in ids]
         gold.append(Action(name=act.name, arguments=args))
         hint = (
             f"Look up every {self.entity} the user lists, note the field the request depends on for each, "
             "compare them, and make the change only on the one that matches."
         )
-        return Task(records=records, request=request, restate=restate,
+        return Task(records=records, requests=[want],
                     rules=[f"Records: change only the {self.entity} the user means."], hint=hint, gold=gold,
                     kind=f"{key}{'-active' if filtered else ''}-of-{n}", expected={"ids": ids, "gold": gold[-1]},
                     user_id=self.new_user_id(rng))
