@@ -8,7 +8,7 @@ import torch
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
                                         drill_conversations, exact_final_turns, is_drill_step, length_grouped_batches,
-                                        read_call_drills, sft_example, shared_prefix_loss, train_sft)
+                                        id_read_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -181,10 +181,13 @@ def test_exact_final_turns_judges_only_the_last_assistant_turn():
     assert exact_final_turns(_NextId(), examples, pad_id=0, batch_size=2) == pytest.approx(2 / 3)
 
 
-def test_read_call_drills_end_with_a_read(demos):
-    reads = read_call_drills([d for t in demos for d in copy_drills(t)])
+def test_id_read_drills_end_with_a_read_of_ids(demos):
+    drills = [d for t in demos for d in copy_drills(t)]
+    reads = id_read_drills(drills)
     names = {c.function.name for d in reads for c in d.messages[-1].tool_calls}
-    assert reads and names <= {"get_user_details", "get_reservation_details", "search_direct_flight"}
+    assert names == {"get_user_details", "get_reservation_details"}
+    searches = [d for d in drills if d.messages[-1].tool_calls and d.messages[-1].tool_calls[0].function.name == "search_direct_flight"]
+    assert searches and not any(d in reads for d in searches)
 
 
 @pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [

@@ -1,4 +1,4 @@
-"""The tiny agent's tokenizer: lossless, digits one by one, ids the same tokens in prose and JSON."""
+"""The tiny agent's tokenizer: lossless, digits one by one or numbers in runs of three, ids the same tokens in prose and JSON."""
 
 from tracerl.models.tokenizer import train_tokenizer
 
@@ -32,3 +32,18 @@ def test_an_id_is_the_same_tokens_in_prose_and_in_a_tool_call():
         in_json = tok.encode(f'{{"user_id": "{value}"}}')
         for ids in (in_prose, in_json):
             assert any(ids[k:k + len(alone)] == alone for k in range(len(ids))), (value, pieces(tok, value))
+
+
+def test_numbers_of_up_to_three_digits_are_one_token_each():
+    tok = train_tokenizer(CORPUS, vocab_size=400, number_digits=3)
+    assert all(len(tok.encode(run)) == 1 for n in (1, 2, 3) for run in (f"{v:0{n}d}" for v in range(10 ** n)))
+    assert pieces(tok, "1234") == ["123", "4"]  # runs cut from the left
+    assert pieces(tok, "2024-05-15") == ["202", "4", "-", "05", "-", "15"]
+    for text in ["emma_lopez_940 paid 12345", "HAT437 on 2024-05-15", "0007"]:
+        assert tok.decode(tok.encode(text)) == text
+
+
+def test_number_tokens_extend_the_trained_vocabulary():
+    plain, numbers = train_tokenizer(CORPUS, vocab_size=400), train_tokenizer(CORPUS, vocab_size=400, number_digits=3)
+    assert len(plain) + 1000 < len(numbers) <= len(plain) + 1100  # runs of 2-3 digits, some learnt anyway
+    assert pieces(numbers, "emma_lopez") == pieces(plain, "emma_lopez")

@@ -9,7 +9,7 @@
    demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
    records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
    The first `drill_steps` steps train on *copy drills* only — and more of them, 50 at a time,
-   while fewer than `drill_target` of the held-out read-call drills are copied exactly (see
+   while fewer than `drill_target` of the held-out id-read drills are copied exactly (see
    `exact_final_turns`) — then every `drill_every`-th step is a drill batch (see `copy_drills`).
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
@@ -48,7 +48,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from tracerl.core.io import write_json
-from tracerl.core.messages import Message
+from tracerl.core.messages import Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.models.chat import ChatFormat
@@ -66,6 +66,7 @@ class AgentRecipe(BaseModel):
     policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
     episodes: int = 4000
     vocab_size: int = 2048  # every id word one token, with or without its '_'
+    number_digits: int = 3  # every run of 1-3 digits one token besides (see tokenizer.py)
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -74,7 +75,7 @@ class AgentRecipe(BaseModel):
     max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
     max_steps: int = 1200
     drill_steps: int = 700  # copy drills only, before the episodes (0: no drills)
-    drill_target: float = 0.95  # then more drill steps until the held-out read-call drills are this exact (0: no check)
+    drill_target: float = 0.95  # then more drill steps until the held-out id-read drills are this exact (0: no check)
     drill_extra_max: int = 1000  # at most this many more
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
@@ -200,13 +201,20 @@ def _source(before: list[Message], name: str | None, value: str) -> int | None:
     return (named or holders or [None])[-1]
 
 
-def read_call_drills(drills: list[Trajectory]) -> list[Trajectory]:
-    """The drills that end with a read call (`get_reservation_details(reservation_id)`): each needs
-    only the lookup of ids, the skill whose formation is all-or-nothing from one build to the next."""
+def id_read_drills(drills: list[Trajectory]) -> list[Trajectory]:
+    """The drills that end with id reads — read calls whose every argument is an id
+    (`get_reservation_details(reservation_id)`, `get_user_details(user_id)`): each needs only the
+    lookup of ids, the skill whose formation is all-or-nothing from one build to the next. (A
+    search's airports and date are left out: a build whose id lookup had formed copied 0 of 16.)"""
     from tracerl.envs.airline.tools import AirlineTools
 
     kinds = AirlineTools()
-    return [d for d in drills if d.messages[-1].tool_calls and all(kinds.kind_of(c.function.name) == "read" for c in d.messages[-1].tool_calls)]
+
+    def id_read(call: ToolCall) -> bool:
+        arguments = call.parsed_arguments() or {}
+        return kinds.kind_of(call.function.name) == "read" and bool(arguments) and all(k.endswith("_id") for k in arguments)
+
+    return [d for d in drills if d.messages[-1].tool_calls and all(id_read(c) for c in d.messages[-1].tool_calls)]
 
 
 @torch.no_grad()
@@ -289,7 +297,8 @@ def build_agent(
 
     bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
     texts = conversation_texts(ChatFormat(bootstrap), demos)
-    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE)
+    tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE,
+                                number_digits=recipe.number_digits)
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
     drills = []
@@ -311,9 +320,9 @@ def build_agent(
 
     probe = None
     if drills and recipe.drill_target:
-        held_out = [sft_example(chat, d) for t in collect_demonstrations(recipe, val_seeds) for d in read_call_drills(copy_drills(t))]
+        held_out = [sft_example(chat, d) for t in collect_demonstrations(recipe, val_seeds) for d in id_read_drills(copy_drills(t))]
         probe = lambda m: exact_final_turns(m, held_out, tokenizer.pad_token_id)  # noqa: E731
-        log(f"drill check: {len(held_out)} read-call drills of the validation seeds")
+        log(f"drill check: {len(held_out)} id-read drills of the validation seeds")
     history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress, drill_check=probe,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
@@ -421,7 +430,7 @@ def train_sft(
     def check() -> float:
         rate = drill_check(model)
         checks.append({"step": len(losses), "read_calls_exact": round(rate, 4)})
-        log(f"step {len(losses)}: held-out read-call drills exact {rate:.3f}")
+        log(f"step {len(losses)}: held-out id-read drills exact {rate:.3f}")
         return rate
 
     for scheduled in range(total):

@@ -23,7 +23,7 @@ def build_agent_command(
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
     drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
-    drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out read-call drills is copied exactly (0: no check).")] = 0.95,
+    drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out id-read drills is copied exactly (0: no check).")] = 0.95,
     drill_extra_max: Annotated[int, typer.Option(help="At most this many drill steps more.")] = 1000,
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
     drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 4000,
