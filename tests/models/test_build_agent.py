@@ -83,12 +83,15 @@ def test_a_tiny_build_end_to_end(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
+    assert len(tok.encode("437")) == 1 and model.config.vocab_size == len(tok)  # number tokens saved with it
 
 
 def test_build_agent_bad_input_exits_2(capsys):
     assert main(["build-agent", "--policy", "oracle"]) == 2
     assert "flawed reference policy" in capsys.readouterr().err
     assert main(["build-agent", "--steps", "0"]) == 2
+    assert main(["build-agent", "--number-digits", "4"]) == 2
+    assert "--number-digits must be 1, 2 or 3" in capsys.readouterr().err
     assert main(["build-agent", "--device", "teapot"]) == 2
     assert "not a torch device" in capsys.readouterr().err
 

@@ -32,7 +32,8 @@ def build_agent_command(
     learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
     hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
     layers: Annotated[int, typer.Option(help="Transformer layers.")] = 4,
-    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size.")] = 2048,
+    vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size (BPE merges; number tokens come on top).")] = 2048,
+    number_digits: Annotated[int, typer.Option(help="Numbers cut into runs of up to this many digits, each run one token (1: every digit a token).")] = 3,
     eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
     test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
@@ -48,6 +49,8 @@ def build_agent_command(
                         ("--drill-max-tokens", drill_max_tokens)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
+    if not 1 <= number_digits <= 3:
+        raise InputError(f"--number-digits must be 1, 2 or 3, got {number_digits}")
     if not 0 <= drill_target <= 1:
         raise InputError(f"--drill-target must be between 0 and 1, got {drill_target}")
     for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every), ("--drill-episodes", drill_episodes),
@@ -61,7 +64,7 @@ def build_agent_command(
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
-                         vocab_size=vocab_size, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
+                         vocab_size=vocab_size, number_digits=number_digits, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
     console = Console(stderr=True)
