@@ -429,7 +429,7 @@ def train_sft(
 
     def check() -> float:
         rate = drill_check(model)
-        checks.append({"step": len(losses), "read_calls_exact": round(rate, 4)})
+        checks.append({"step": len(losses), "id_reads_exact": round(rate, 4)})
         log(f"step {len(losses)}: held-out id-read drills exact {rate:.3f}")
         return rate
 

@@ -3,9 +3,9 @@
 Byte-level BPE covers every byte, so `decode(encode(text)) == text` for any text; the ChatML
 markers and the tool-call tags are single added tokens, as in Qwen3's tokenizer.
 
-The pre-tokenizer is Qwen2/Qwen3's split pattern with two changes. Unlike Qwen, a word does not
-absorb the space before it (" emma" is " " + "emma"), so
-an id reads as the same tokens in prose ("my user id is emma_lopez_940") and in a tool call's
+The pre-tokenizer is Qwen2/Qwen3's split pattern, changed in how it cuts words and, optionally,
+numbers. Unlike Qwen, a word does not absorb the space before it (" emma" is " " + "emma"), so an
+id reads as the same tokens in prose ("my user id is emma_lopez_940") and in a tool call's
 JSON (`"emma_lopez_940"`). A large model learns that " emma" and "emma" are the same name; a
 model of a million parameters copies ids only when they are the same token sequence in both
 places (measured: with Qwen's pattern the agent copied 1% of user ids exactly; with this one and
@@ -13,9 +13,10 @@ id drills, 87.5%). The price is ~25% more tokens on this domain's text.
 
 Numbers: by default every digit is its own token, as in Qwen. With `number_digits=3` a number is
 cut into runs of up to three digits from the left, as Llama 3's tokenizer does, and every run of one
-to three digits is one token: an amount such as 437 is then one token from a thousand, which a small
-model copies by the same lookup as an id word, where ten digit tokens recur everywhere and a copy
-of the digits after the first loses its place.
+to three digits is one token: an amount such as 437 is then one token of a thousand, which can be
+copied by the lookup that copies an id word, where ten digit tokens recur everywhere and a copy of
+the digits after the first has nothing to find its place by. (The shipped agent has this tokenizer
+and still says no refund it read: benchmarks/README.md, v28.)
 """
 
 from __future__ import annotations
