@@ -22,9 +22,9 @@ Why the drills: the first token of an id the agent must copy ("emma" of the user
 "emma_lopez_940") is found by a dedicated attention head, not by the induction heads that copy
 the rest. Trained on whole episodes (a 631-token system prompt, one such token per episode) a
 model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
-name; on short drills it forms within ~600 steps and then works with the system prompt too
-(benchmarks/README.md, "The tiny agent and id copying": the shipped agent copies 98.5% of user
-ids exactly, but the reservation it was asked about into few of its write calls).
+name; on short drills it forms within ~600 steps and then works with the system prompt too. The
+step it forms at varies with the seed (the shipped agent's by drill step 700; another seed's not
+by 1,700), hence the drill check (benchmarks/README.md, "One request at a time").
 
 Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
 those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors. A fault
