@@ -400,6 +400,7 @@ def train_sft(
     evals: list[dict[str, float]] = []
     checks: list[dict[str, float]] = []
     tokens = 0
+    extra = 0  # drill steps the check added
     start = time.time()
     model.train()
 
@@ -421,11 +422,11 @@ def train_sft(
         optimizer.zero_grad(set_to_none=True)
         tokens += n_tokens
         losses.append(round(float(loss.detach()), 4))
-        done = len(losses)
+        done, planned = len(losses), total + extra
         if progress:
-            progress(done, total + done - scheduled - 1, losses[-1])
+            progress(done, planned, losses[-1])
         if done % 25 == 0:
-            log(f"step {done}/{total + done - scheduled - 1} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
+            log(f"step {done}/{planned} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
 
     def check() -> float:
         rate = drill_check(model)
@@ -436,11 +437,10 @@ def train_sft(
     for scheduled in range(total):
         train_step(bool(drills) and is_drill_step(scheduled, drill_steps, recipe.drill_every), lr_at(scheduled))
         if drill_check and recipe.drill_target and scheduled + 1 == drill_steps:
-            extra = 0
             while check() < recipe.drill_target and extra < recipe.drill_extra_max:
                 for _ in range(min(50, recipe.drill_extra_max - extra)):
-                    train_step(True, lr_at(scheduled))
                     extra += 1
+                    train_step(True, lr_at(scheduled))
         step = len(losses) - 1
         if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and scheduled + 1 < total:
             rate = on_eval(model)

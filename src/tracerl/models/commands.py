@@ -42,6 +42,7 @@ def build_agent_command(
 ) -> None:
     """Train the tokenizer and the tiny Qwen3 agent on flawed demonstrations; write model + build.json."""
     from tracerl.models.build_agent import AgentRecipe, build_agent
+    from tracerl.models.tokenizer import MAX_NUMBER_DIGITS
 
     if not policy.startswith("flawed"):
         raise InputError(f"--policy must be a flawed reference policy spec (flawed:p1,p2,p3,p4), got '{policy}'")
@@ -49,7 +50,7 @@ def build_agent_command(
                         ("--drill-max-tokens", drill_max_tokens)):
         if value < 1:
             raise InputError(f"{flag} must be at least 1, got {value}")
-    if not 1 <= number_digits <= 3:
+    if not 1 <= number_digits <= MAX_NUMBER_DIGITS:
         raise InputError(f"--number-digits must be 1, 2 or 3, got {number_digits}")
     if not 0 <= drill_target <= 1:
         raise InputError(f"--drill-target must be between 0 and 1, got {drill_target}")

@@ -36,9 +36,12 @@ SPLIT_PATTERN = (
 )
 
 
+MAX_NUMBER_DIGITS = 3  # every run of up to this many digits may be one token: 10 + 100 + 1,000 ids
+
+
 def split_pattern(number_digits: int) -> str:
     """SPLIT_PATTERN with numbers cut into runs of up to `number_digits` digits."""
-    return SPLIT_PATTERN.replace(r"|\p{N}|", rf"|\p{{N}}{{1,{number_digits}}}|" if number_digits > 1 else r"|\p{N}|")
+    return SPLIT_PATTERN if number_digits == 1 else SPLIT_PATTERN.replace(r"|\p{N}|", rf"|\p{{N}}{{1,{number_digits}}}|")
 
 
 def train_tokenizer(
@@ -51,7 +54,7 @@ def train_tokenizer(
     digits is one token besides: `vocab_size` plus up to 10**number_digits ids. Deterministic for
     the same texts and options.
     """
-    if not 1 <= number_digits <= 3:
+    if not 1 <= number_digits <= MAX_NUMBER_DIGITS:
         raise ValueError(f"number_digits must be 1, 2 or 3, not {number_digits}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -82,16 +85,18 @@ def train_tokenizer(
 
 def _with_number_tokens(tok: Tokenizer, number_digits: int) -> Tokenizer:
     """`tok` with every run of 2..`number_digits` digits one token: the merges the training learnt
-    between digits are replaced by "ab" = "a" + "b", then "abc" = "ab" + "c" and "a" + "bc" (which
+    between digits are replaced by "ab" = "a" + "b", then "abc" = "a" + "bc" and "ab" + "c" (which
     pair merges first depends on their ranks). A number's pre-token holds digits only, so these
     merges never meet a letter's."""
     spec = json.loads(tok.to_str())
     vocab, merges = spec["model"]["vocab"], spec["model"]["merges"]
     merges = [m for m in merges if not (m[0].isdigit() and m[1].isdigit())]
+    next_id = max(vocab.values()) + 1
     for length in range(2, number_digits + 1):
         for value in range(10 ** length):
             run = f"{value:0{length}d}"
-            merges.extend([run[:k], run[k:]] for k in range(1, length) if k == 1 or k == length - 1)
-            vocab.setdefault(run, max(vocab.values()) + 1)
+            merges.extend([run[:k], run[k:]] for k in range(1, length))
+            if run not in vocab:
+                vocab[run], next_id = next_id, next_id + 1
     spec["model"]["merges"] = merges
     return Tokenizer.from_str(json.dumps(spec))
