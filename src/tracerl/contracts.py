@@ -226,14 +226,16 @@ class TargetFile(Contract):
     preamble: list[str]
     closing: list[str]
     value_examples: dict[str, list[Any]] = Field(description="Parameter → values the target uses.")
-    result_examples: dict[str, dict[str, Any]] = Field(description="Read tool → one JSON object it returned.")
+    result_examples: dict[str, dict[str, Any]] = Field(description="Tool → one JSON object it returned.")
+    request_examples: dict[str, list[str]] = Field(
+        default_factory=dict, description='Write tool → the target users\' requests for it, values as "{parameter}".')
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
 
     @classmethod
     def of(cls, target: Target) -> TargetFile:
         return cls(name=target.name, title=target.title, source=target.source, preamble=list(target.preamble),
                    closing=list(target.closing), value_examples=target.value_examples or {},
-                   result_examples=target.result_examples or {},
+                   result_examples=target.result_examples or {}, request_examples=target.request_examples or {},
                    tools=[{**t.to_openai(), "x-tool-type": t.kind} for t in target.tools])
 
     def target(self) -> Target:
@@ -241,7 +243,8 @@ class TargetFile(Contract):
 
         return Target(name=self.name, tools=tuple(ToolSchema.from_openai(t) for t in self.tools), title=self.title,
                       source=self.source, preamble=tuple(self.preamble), closing=tuple(self.closing),
-                      value_examples=self.value_examples or None, result_examples=self.result_examples or None)
+                      value_examples=self.value_examples or None, result_examples=self.result_examples or None,
+                      request_examples=self.request_examples or None)
 
 
 class CheckResult(Record):

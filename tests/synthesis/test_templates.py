@@ -147,8 +147,12 @@ def test_requests_come_one_at_a_time_like_the_airline_users(airline):
     assert any(o.startswith("Hi! I have 2 requests. First, I want to ") for o in airline_openings)
     env = MultiStepCompletionEnv(airline, difficulty=0)
     messages, _ = env.reset(seed=3)
-    first, second = (env.request_phrase(env.target.tool(g.name), g.arguments["reservation_id"], g.arguments)
-                     for g in env._task.gold)
+    first, second = env._task.requests
+    # in the airline users' own words: "cancel reservation aspen because of my health"
+    for request, gold in zip(env._task.requests, env._task.gold):
+        worded = [e.replace("{reservation_id}", gold.arguments["reservation_id"])
+                  for e in airline.request_examples[gold.name]]
+        assert gold.name == "cancel_reservation" and request in worded
     assert messages[-1].content == f"Hi! I have 2 requests. First, I want to {first}."
     assert "ask the user for the next request" in messages[0].content
     assert env.step(Message.assistant("Sure."))[0][-1].content == f"First, I want to {first}."
@@ -188,7 +192,7 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
 
     from tracerl.core.messages import Message, ToolCall
 
-    assert set(airline.result_examples) == {"get_user_details", "get_reservation_details"}
+    assert {"get_user_details", "get_reservation_details", "cancel_reservation"} <= set(airline.result_examples)
     env = StructuredDataReasoningEnv(airline, difficulty=0)
     env.reset(seed=3)
     task = env._task
@@ -206,3 +210,55 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
 
     assert TargetFile.of(airline).target().result_examples == airline.result_examples
     assert retail.result_examples is None
+
+
+def test_request_examples_keep_requests_that_state_every_argument():
+    from tracerl.synthesis.target import request_examples
+
+    cancel = {"name": "cancel_reservation", "arguments": {"reservation_id": "oak"}}
+    bags = {"name": "update_reservation_baggages",
+            "arguments": {"reservation_id": "oak", "total_baggages": 3, "payment_id": "gift_card_harp"}}
+    found = request_examples([
+        ("cancel reservation oak because of my health", cancel),
+        ("cancel reservation oak because of my health", cancel),  # kept once
+        ("soak reservation oak, oak!", cancel),  # whole words only, every occurrence
+        ("cancel my booking", cancel),  # the id is not said: dropped
+        ("add 1 checked bag to reservation oak, paid with gift_card_harp", bags),  # a computed count: dropped
+    ])
+    assert found == {"cancel_reservation": ["cancel reservation {reservation_id} because of my health",
+                                            "soak reservation {reservation_id}, {reservation_id}!"]}
+
+
+def test_airline_request_examples_are_its_users_allowed_requests(airline):
+    from tracerl.contracts import TargetFile
+
+    assert set(airline.request_examples) == {"cancel_reservation"}  # the other writes take computed values
+    assert "cancel reservation {reservation_id} because of my health" in airline.request_examples["cancel_reservation"]
+    assert TargetFile.of(airline).target().request_examples == airline.request_examples
+    data = TargetFile.of(airline).model_dump()
+    del data["request_examples"]  # a target.json written before it existed
+    assert TargetFile.model_validate(data).target().request_examples is None
+
+
+def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):
+    import json
+
+    from tracerl.core.messages import ToolCall
+
+    env = MultiStepCompletionEnv(airline, difficulty=0)
+    env.reset(seed=5)
+    task, record_id = env._task, env._task.gold[0].arguments["reservation_id"]
+    calls = [ToolCall.make("get_reservation_details", {"reservation_id": record_id}, "c0"),
+             ToolCall.make("cancel_reservation", {"reservation_id": record_id}, "c1")]
+    record, answer = (json.loads(env.step(Message.assistant(tool_calls=[c]))[0][0].content) for c in calls)
+    # the target's fields only, the task's user as the record's user; the write answers as the target's does
+    assert set(record) == set(airline.result_examples["get_reservation_details"])
+    assert record["reservation_id"] == record_id and record["user_id"] == task.user_id
+    assert answer == {"reservation_id": record_id, "status": "cancelled"}
+    # a target without observed records or words: the template's own fields, requests after the tool's name
+    env = MultiStepCompletionEnv(retail, difficulty=0)
+    env.reset(seed=5)
+    assert {"amount", "created_at", "flagged"} <= set(next(iter(env._task.records.values())))
+    assert env._task.requests == [env.request_phrase(env.target.tool(g.name), g.arguments[env.id_param], g.arguments)
+                                  for g in env._task.gold]
+    assert env._task.requests[0].startswith(env._task.gold[0].name.split("_")[0])

@@ -9,8 +9,10 @@ environment replaces with its own rules; for a tools.json, the policy's title. `
 pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
 e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) — which is what
 every capability template is built from. `result_examples` keeps one observed JSON result per
-read tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
-from any trajectories), so templates can answer in the target's record shape.
+tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
+from any trajectories), so templates can answer in the target's record and write-result shapes;
+`request_examples` keeps the target users' own wording of a request for each write tool, so
+templates can ask in it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class Target:
     preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
     closing: tuple[str, ...] = ()  # its lines after the domain rules
     value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
-    result_examples: dict[str, dict[str, Any]] | None = None  # read tool -> one JSON object it returned
+    result_examples: dict[str, dict[str, Any]] | None = None  # tool -> one JSON object it returned
+    # write tool -> the target users' requests for it, each argument's value as "{parameter}"
+    request_examples: dict[str, list[str]] | None = None
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -85,7 +89,7 @@ def _builtin_airline() -> Target:
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
                   preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env),
-                  result_examples=_oracle_result_examples(env))
+                  result_examples=_oracle_result_examples(env), request_examples=_task_request_examples(env))
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
@@ -128,20 +132,20 @@ def target_from_live_env(env: Any, trajectories: list[Any] = ()) -> Target:
     tools = tuple(env.tools)
     target = Target(name=env.name, tools=tools, title=title, source=f"tau2:{env.name}", preamble=(title,),
                     value_examples=value_examples(gold),
-                    result_examples=observed_result_examples(list(trajectories), {t.name for t in tools if t.kind == "read"}))
+                    result_examples=observed_result_examples(list(trajectories), {t.name for t in tools}))
     if not tool_families(target.tools):
         raise InputError(f"tau2:{env.name}: no read tool shares an id parameter with a write tool: nothing to build on")
     return target
 
 
-def observed_result_examples(trajectories: list[Any], read_tools: set[str]) -> dict[str, dict[str, Any]]:
-    """The first JSON object each read tool returned in `trajectories` — the shape of the target's
-    records (a reservation's cabin, flights, payment history…), which template environments
-    answer in (`TemplateEnv.shaped`)."""
+def observed_result_examples(trajectories: list[Any], tools: set[str]) -> dict[str, dict[str, Any]]:
+    """The first JSON object each of `tools` returned in `trajectories` — the shape of the target's
+    records (a reservation's cabin, flights, payment history…) and of its writes' answers, which
+    template environments answer in (`TemplateEnv.shaped`)."""
     found: dict[str, dict[str, Any]] = {}
     for trajectory in trajectories:
         for message in trajectory.messages:
-            if message.role != "tool" or message.name not in read_tools or message.name in found:
+            if message.role != "tool" or message.name not in tools or message.name in found:
                 continue
             try:
                 result = json.loads(message.content or "")
@@ -152,12 +156,39 @@ def observed_result_examples(trajectories: list[Any], read_tools: set[str]) -> d
     return found
 
 
-def _oracle_result_examples(env: Any, seeds: int = 5) -> dict[str, dict[str, Any]]:
+def _oracle_result_examples(env: Any, seeds: int = 20) -> dict[str, dict[str, Any]]:
     from tracerl.envs.registry import make_env, make_policy
     from tracerl.envs.runner import Episode, rollout
 
     trajectories = rollout(lambda: make_env("airline"), make_policy("oracle"), [Episode(seed=s) for s in range(seeds)])
-    return observed_result_examples(trajectories, {t.name for t in env.tools if t.kind == "read"})
+    return observed_result_examples(trajectories, {t.name for t in env.tools})
+
+
+def request_examples(requests: Iterable[tuple[str, dict[str, Any]]], per_tool: int = 20) -> dict[str, list[str]]:
+    """Write tool -> request texts, from (the user's words, the write call {name, arguments} that
+    served them): each argument's value replaced by "{parameter}". A request is kept only if it states
+    every argument as a string, word for word — a value the agent computes (a bag count, a price)
+    cannot be given in the user's words."""
+    found: dict[str, list[str]] = {}
+    for text, call in requests:
+        arguments = call.get("arguments", {})
+        if not arguments or "{" in text or not all(isinstance(v, str) and v for v in arguments.values()):
+            continue
+        for name, value in arguments.items():
+            text, count = re.subn(rf"(?<!\w){re.escape(value)}(?!\w)", "{" + name + "}", text)
+            if not count:
+                break
+        else:
+            bucket = found.setdefault(call["name"], [])
+            if text not in bucket and len(bucket) < per_tool:
+                bucket.append(text)
+    return found
+
+
+def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[str]]:
+    """The built-in domain's requests that are allowed, with the write that serves each."""
+    subtasks = (sub for seed in range(seeds) for sub in env.reset(seed=seed)[1]["_task"].subtasks)
+    return request_examples((sub.request, sub.writes[0].model_dump()) for sub in subtasks if sub.allowed and sub.writes)
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")

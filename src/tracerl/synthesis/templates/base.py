@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from abc import abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -117,8 +118,19 @@ class TemplateEnv(ToolEnv):
         user = self.user_tool()
         return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
-    def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None) -> str:
-        """'cancel_pending_order' on '#W1' → 'cancel pending order #W1 (reason: "no longer needed")'."""
+    def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None,
+                       rng: random.Random | None = None) -> str:
+        """The request for `act` with `arguments` in the target users' own words when the target has them
+        for exactly these arguments (`Target.request_examples`, one drawn with `rng`): 'cancel reservation
+        rowan because of my health'; otherwise from the tool's name: 'cancel_pending_order' on '#W1' →
+        'cancel pending order #W1 (reason: "no longer needed")'."""
+        arguments = arguments or {self.id_param: record_id}
+        worded = self.worded_requests(act, arguments)
+        if worded and rng is not None:
+            text = rng.choice(worded)
+            for name, value in arguments.items():
+                text = text.replace("{" + name + "}", str(value))
+            return text
         words = act.name.split("_")
         entity_words = self.family.entity.split("_")
         n = len(entity_words)
@@ -127,8 +139,13 @@ class TemplateEnv(ToolEnv):
             text = f"{' '.join(words)} for {self.entity} {record_id}"
         else:
             text = " ".join(words[:at + n] + [record_id] + words[at + n:])
-        details = self.render_args(arguments or {}, self.id_param)
+        details = self.render_args(arguments, self.id_param)
         return f"{text} ({details})" if details else text
+
+    def worded_requests(self, act: ToolSchema, arguments: Collection[str]) -> list[str]:
+        """The target's request examples for `act` that state exactly these arguments."""
+        examples = (self.target.request_examples or {}).get(act.name, [])
+        return [e for e in examples if set(re.findall(r"\{(\w+)\}", e)) == set(arguments)]
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""
@@ -252,16 +269,21 @@ class TemplateEnv(ToolEnv):
                 raise ToolError(f"{self.entity} {arguments.get(self.id_param)} not found")
             self._calls.append(Action(name=name, arguments=arguments))
             record["status"] = _VERB_STATUS.get(verb, f"{verb} done")
+            answer = (self.target.result_examples or {}).get(name)
+            if answer is not None:  # the fields the target's own write answered with, this record's values
+                return self.shaped(name, {k: record[k] for k in answer if k in record})
             return self.shaped(self.family.check.name, record)
 
         return handler
 
     def shaped(self, tool_name: str, record: dict[str, Any]) -> dict[str, Any]:
         """`record` in the shape of what the target's `tool_name` returned (`Target.result_examples`):
-        the observed result's fields, with the template's own fields over them. A small agent trained
-        on the target reads its usual fields; the template's rules only ever look at its own."""
+        the observed result's fields, with the template's own fields over them and the task's user as
+        the record's user. A small agent trained on the target reads its usual fields; the template's
+        rules only ever look at its own."""
         example = (self.target.result_examples or {}).get(tool_name, {})
-        return copy.deepcopy({**example, **record})
+        user = {"user_id": self._task.user_id} if "user_id" in example and self._task.user_id else {}
+        return copy.deepcopy({**example, **user, **record})
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:
         return self._user.reply(text)
@@ -288,14 +310,14 @@ class TemplateEnv(ToolEnv):
                 ids.append(value)
         return ids
 
-    def make_record(self, record_id: str, rng: random.Random, **fields: Any) -> dict[str, Any]:
-        """A record as the check tool returns it: id, status, amount, created_at, flagged."""
-        record = {
-            self.id_param: record_id,
-            "status": "active",
-            "amount": rng.randint(1, 18) * 50,
-            "created_at": f"2024-05-{rng.randint(1, 14):02d}",
-            "flagged": False,
-        }
+    def make_record(self, record_id: str, rng: random.Random, own_fields: bool = True, **fields: Any) -> dict[str, Any]:
+        """A record as the check tool returns it: id, status, amount, created_at, flagged, with `fields`
+        over them. `own_fields=False` leaves out amount, created_at and flagged where the target has an
+        observed record (`shaped` fills in its fields): for a template whose rules do not read them, a
+        field the target's records never have only changes what the agent reads."""
+        record = {self.id_param: record_id, "status": "active"}
+        if own_fields or self.family.check.name not in (self.target.result_examples or {}):
+            record.update({"amount": rng.randint(1, 18) * 50, "created_at": f"2024-05-{rng.randint(1, 14):02d}",
+                           "flagged": False})
         record.update(fields)
         return record

@@ -25,19 +25,22 @@ class MultiStepCompletionEnv(TemplateEnv):
     description = "Carry out every one of the user's several requests before finishing."
 
     def choose_acts(self, family: ToolFamily) -> list[ToolSchema]:
+        """The writes the target's users ask for in their own words (`Target.request_examples`) when
+        there are any — requests worded as on the target, not after a tool's name — else the flat ones."""
+        worded = [a for a in family.acts if self.worded_requests(a, a.parameters.get("required", []))]
         flat = [a for a in family.acts if is_flat(a)] or list(family.acts)
-        return flat[:2]
+        return (worded or flat)[:2]
 
     def generate(self, rng: random.Random) -> Task:
         n = min(2 + self.difficulty, 6)
         ids = self.new_ids(rng, n)
         records, gold, lines = {}, [], []
         for record_id in ids:
-            records[record_id] = self.make_record(record_id, rng)
+            records[record_id] = self.make_record(record_id, rng, own_fields=False)
             act = rng.choice(self.acts)
             args = self.arguments(act, rng, record_id)
             gold.append(Action(name=act.name, arguments=args))
-            lines.append(self.request_phrase(act, record_id, args))
+            lines.append(self.request_phrase(act, record_id, args, rng))
         hint = (
             "The user has several requests and gives them one at a time. When a request is done, ask the user "
             "for the next request; close only when the user has none left."
