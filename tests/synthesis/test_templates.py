@@ -262,3 +262,13 @@ def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):
     assert env._task.requests == [env.request_phrase(env.target.tool(g.name), g.arguments[env.id_param], g.arguments)
                                   for g in env._task.gold]
     assert env._task.requests[0].startswith(env._task.gold[0].name.split("_")[0])
+
+
+def test_structured_criteria_use_fields_the_targets_records_have(airline, retail):
+    kinds = {StructuredDataReasoningEnv(airline, difficulty=0).task(seed).kind for seed in range(20)}
+    assert kinds == {"newest-of-2", "oldest-of-2"}  # airline reservations have created_at, no amount
+    task = StructuredDataReasoningEnv(airline, difficulty=0).task(0)
+    example = set(airline.result_examples["get_reservation_details"])
+    assert all(set(r) <= example for r in task.records.values())
+    kinds = {StructuredDataReasoningEnv(retail, difficulty=0).task(seed).kind.split("-")[0] for seed in range(20)}
+    assert kinds == {"highest", "lowest", "newest", "oldest"}

@@ -14,11 +14,11 @@ import random
 from tracerl.core.messages import Action
 from tracerl.synthesis.templates.base import Task, TemplateEnv
 
-CRITERIA = {
-    "highest": ("with the highest amount", lambda r: r["amount"], max),
-    "lowest": ("with the lowest amount", lambda r: r["amount"], min),
-    "newest": ("created most recently", lambda r: r["created_at"], max),
-    "oldest": ("created first", lambda r: r["created_at"], min),
+CRITERIA = {  # key: (the user's words, the field compared, which end)
+    "highest": ("with the highest amount", "amount", max),
+    "lowest": ("with the lowest amount", "amount", min),
+    "newest": ("created most recently", "created_at", max),
+    "oldest": ("created first", "created_at", min),
 }
 
 
@@ -39,15 +39,17 @@ class StructuredDataReasoningEnv(TemplateEnv):
             for i in range(n):
                 if statuses.count("active") < 2 and statuses[i] != "active":
                     statuses[i] = "active"
-        records = {
-            record_id: self.make_record(record_id, rng, amount=amounts[i] * 50, created_at=f"2024-05-{days[i]:02d}",
-                                        status=statuses[i])
-            for i, record_id in enumerate(ids)
-        }
-        key = rng.choice(sorted(CRITERIA))
-        text, field_of, pick = CRITERIA[key]
+        # criteria on fields the target's records have, where it has an observed one (`shaped`)
+        example = (self.target.result_examples or {}).get(self.family.check.name)
+        keys = [k for k in sorted(CRITERIA) if example is None or CRITERIA[k][1] in example] or sorted(CRITERIA)
+        key = rng.choice(keys)
+        text, field, pick = CRITERIA[key]
+        values = {"amount": [a * 50 for a in amounts], "created_at": [f"2024-05-{d:02d}" for d in days]}
+        records = {record_id: self.make_record(record_id, rng, own_fields=example is None, status=statuses[i],
+                                               **{field: values[field][i]})
+                   for i, record_id in enumerate(ids)}
         pool = [r for r in records.values() if r["status"] == "active"] if filtered else list(records.values())
-        chosen = pick(pool, key=field_of)[self.id_param]
+        chosen = pick(pool, key=lambda r: r[field])[self.id_param]
         act = self.acts[0]
         args = self.arguments(act, rng, chosen)
         details = self.render_args(args, self.id_param)
