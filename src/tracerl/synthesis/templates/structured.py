@@ -1,7 +1,8 @@
 """structured_data_reasoning: pick the one record that meets a criterion over the records' fields.
 
 Task: the user lists 2 + difficulty of their records (at most 6) and asks for a write on "the one
-with the highest amount" / "the lowest amount" / "the most recent" / "the oldest"; from
+with the highest amount" / "the lowest amount" / "the most recent" / "the oldest" (only on fields
+the target's records have, where it has an observed record: the airline's created_at); from
 difficulty 2 only among records with status 'active'. Only reading the records reveals the
 fields. Reward: 0.2 × the fraction of listed records read + 0.8 for the exact write on the right
 record and no write on any other. Success needs every record read.
