@@ -6,9 +6,8 @@ words where the target has requests that state every value (`Target.request_exam
 reservation rowan because of my health"); the ids are in the request, so no read is needed.
 Reward: per request, 0.5 for trying it (a call of its write tool on its record, failed calls and
 mistyped ids included — see `names_record`; each call counts for one request) and 0.5 for doing
-it exactly; averaged, and
-halved if any write was made that nobody asked for. Success = all done exactly, nothing else
-changed. The trying half is the capability itself: scored on exact writes alone, an agent that
+it exactly; averaged, and halved if any write was made that nobody asked for. Success = all done
+exactly, nothing else changed. The trying half is the capability itself: scored on exact writes alone, an agent that
 still mistypes ids earns nothing for carrying on to the next request instead of closing early.
 """
 
