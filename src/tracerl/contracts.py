@@ -227,8 +227,10 @@ class TargetFile(Contract):
     closing: list[str]
     value_examples: dict[str, list[Any]] = Field(description="Parameter → values the target uses.")
     result_examples: dict[str, dict[str, Any]] = Field(description="Tool → one JSON object it returned.")
-    request_examples: dict[str, list[str]] = Field(
-        default_factory=dict, description='Write tool → the target users\' requests for it, values as "{parameter}".')
+    request_examples: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description='Write tool → [{"request": the target user\'s words, values as "{parameter}", '
+                                          '"record": the record it was made on, "allowed": whether its rules allowed it}].')
+    rules: list[str] = Field(default_factory=list, description="The target's domain rule lines.")
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
 
     @classmethod
@@ -236,6 +238,7 @@ class TargetFile(Contract):
         return cls(name=target.name, title=target.title, source=target.source, preamble=list(target.preamble),
                    closing=list(target.closing), value_examples=target.value_examples or {},
                    result_examples=target.result_examples or {}, request_examples=target.request_examples or {},
+                   rules=list(target.rules),
                    tools=[{**t.to_openai(), "x-tool-type": t.kind} for t in target.tools])
 
     def target(self) -> Target:
@@ -244,7 +247,7 @@ class TargetFile(Contract):
         return Target(name=self.name, tools=tuple(ToolSchema.from_openai(t) for t in self.tools), title=self.title,
                       source=self.source, preamble=tuple(self.preamble), closing=tuple(self.closing),
                       value_examples=self.value_examples or None, result_examples=self.result_examples or None,
-                      request_examples=self.request_examples or None)
+                      request_examples=self.request_examples or None, rules=tuple(self.rules))
 
 
 class CheckResult(Record):

@@ -148,11 +148,6 @@ def test_requests_come_one_at_a_time_like_the_airline_users(airline):
     env = MultiStepCompletionEnv(airline, difficulty=0)
     messages, _ = env.reset(seed=3)
     first, second = env._task.requests
-    # in the airline users' own words: "cancel reservation aspen because of my health"
-    for request, gold in zip(env._task.requests, env._task.gold):
-        worded = [e.replace("{reservation_id}", gold.arguments["reservation_id"])
-                  for e in airline.request_examples[gold.name]]
-        assert gold.name == "cancel_reservation" and request in worded
     assert messages[-1].content == f"Hi! I have 2 requests. First, I want to {first}."
     assert "ask the user for the next request" in messages[0].content
     assert env.step(Message.assistant("Sure."))[0][-1].content == f"First, I want to {first}."
@@ -174,17 +169,20 @@ def test_system_prompt_keeps_the_targets_format(airline, retail):
     from tracerl.envs.registry import make_env
     from tracerl.synthesis.target import split_prompt
 
-    assert split_prompt("A.\nB.\nCancel: x.\nBags: y.\nEnd.") == (("A.", "B."), ("End.",))
-    assert split_prompt("A.\nB.") == (("A.", "B."), ())
+    assert split_prompt("A.\nB.\nCancel: x.\nBags: y.\nEnd.") == (("A.", "B."), ("Cancel: x.", "Bags: y."), ("End.",))
+    assert split_prompt("A.\nB.") == (("A.", "B."), (), ())
     real = make_env("airline").reset(seed=0)[0][0].content.splitlines()
     assert len(airline.preamble) >= 2 and airline.closing
     for cls in TEMPLATES.values():
         prompt = cls(airline, difficulty=1).reset(seed=0)[0][0].content.splitlines()
         assert prompt[:len(airline.preamble)] == list(airline.preamble) == real[:len(airline.preamble)]
         assert prompt[-1] == airline.closing[-1] == real[-1]
-        assert not any(line.startswith(("Cancel:", "Bags:", "Compensation:")) for line in prompt)  # its rules, not the target's
+        # its own rules; the multi-step requests are the target's own, and so are their rules
+        target_rules = [line for line in prompt if line in airline.rules]
+        assert target_rules == (list(airline.rules) if cls is MultiStepCompletionEnv else [])
         prompt = cls(retail, difficulty=1).reset(seed=0)[0][0].content
         assert prompt.startswith("# Retail agent policy\n")
+    assert [line.split(":")[0] for line in airline.rules] == ["Cancel", "Change flight", "Bags", "Compensation"]
 
 
 def test_tool_results_take_the_targets_record_shape(airline, retail):
@@ -218,26 +216,54 @@ def test_request_examples_keep_requests_that_state_every_argument():
     cancel = {"name": "cancel_reservation", "arguments": {"reservation_id": "oak"}}
     bags = {"name": "update_reservation_baggages",
             "arguments": {"reservation_id": "oak", "total_baggages": 3, "payment_id": "gift_card_harp"}}
+    record = {"reservation_id": "oak", "cabin": "business"}
     found = request_examples([
-        ("cancel reservation oak because of my health", cancel),
-        ("cancel reservation oak because of my health", cancel),  # kept once
-        ("soak reservation oak, oak!", cancel),  # whole words only, every occurrence
-        ("cancel my booking", cancel),  # the id is not said: dropped
-        ("add 1 checked bag to reservation oak, paid with gift_card_harp", bags),  # a computed count: dropped
+        ("cancel reservation oak because of my health", cancel, record, True),
+        ("cancel reservation oak because of my health", cancel, record, True),  # kept once
+        ("cancel reservation oak because of my health", cancel, {**record, "cabin": "economy"}, False),
+        ("soak reservation oak, oak!", cancel, record, True),  # whole words only, every occurrence
+        ("cancel my booking", cancel, record, True),  # the id is not said: dropped
+        ("add 1 checked bag to reservation oak, paid with gift_card_harp", bags, record, True),  # a computed count
     ])
-    assert found == {"cancel_reservation": ["cancel reservation {reservation_id} because of my health",
-                                            "soak reservation {reservation_id}, {reservation_id}!"]}
+    health = "cancel reservation {reservation_id} because of my health"
+    assert found == {"cancel_reservation": [
+        {"request": health, "record": record, "allowed": True},
+        {"request": health, "record": {**record, "cabin": "economy"}, "allowed": False},
+        {"request": "soak reservation {reservation_id}, {reservation_id}!", "record": record, "allowed": True}]}
 
 
-def test_airline_request_examples_are_its_users_allowed_requests(airline):
+def test_airline_request_examples_are_its_users_requests_on_their_records(airline):
     from tracerl.contracts import TargetFile
 
     assert set(airline.request_examples) == {"cancel_reservation"}  # the other writes take computed values
-    assert "cancel reservation {reservation_id} because of my health" in airline.request_examples["cancel_reservation"]
+    examples = airline.request_examples["cancel_reservation"]
+    assert {e["allowed"] for e in examples} == {True, False}
+    health = [e for e in examples if e["request"] == "cancel reservation {reservation_id} because of my health"]
+    # insurance covers health: allowed where it was bought (or the cabin is business), unless a flight was flown
+    assert any(e["allowed"] and e["record"]["insurance"] == "yes" for e in health)
+    assert all(e["record"]["insurance"] == "yes" or e["record"]["cabin"] == "business" or not e["allowed"] for e in health)
     assert TargetFile.of(airline).target().request_examples == airline.request_examples
+    assert TargetFile.of(airline).target().rules == airline.rules
     data = TargetFile.of(airline).model_dump()
-    del data["request_examples"]  # a target.json written before it existed
+    del data["request_examples"], data["rules"]  # a target.json written before they existed
     assert TargetFile.model_validate(data).target().request_examples is None
+
+
+def test_multi_step_asks_the_targets_requests_on_their_records(airline):
+    denied = 0
+    for seed in range(40):
+        task = MultiStepCompletionEnv(airline, difficulty=1).task(seed)
+        gold_ids = {g.arguments["reservation_id"] for g in task.gold}
+        assert gold_ids and all(g.name == "cancel_reservation" for g in task.gold)
+        for request, (record_id, record) in zip(task.requests, task.records.items()):
+            matches = [e for e in airline.request_examples["cancel_reservation"]
+                       if e["request"].replace("{reservation_id}", record_id) == request
+                       and all(record.get(k) == v for k, v in e["record"].items() if k not in ("reservation_id", "user_id"))]
+            assert matches, request
+            # a request the target's rules forbid on its record has no gold write
+            assert (record_id in gold_ids) == matches[0]["allowed"]
+            denied += record_id not in gold_ids
+    assert 0.1 < denied / 120 < 0.4
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):
@@ -272,3 +298,17 @@ def test_structured_criteria_use_fields_the_targets_records_have(airline, retail
     assert all(set(r) <= example for r in task.records.values())
     kinds = {StructuredDataReasoningEnv(retail, difficulty=0).task(seed).kind.split("-")[0] for seed in range(20)}
     assert kinds == {"highest", "lowest", "newest", "oldest"}
+
+
+def test_multi_step_scores_a_denied_request_by_the_write_not_made(airline):
+    env = MultiStepCompletionEnv(airline, difficulty=1)
+    seed = next(s for s in range(40) if len(env.task(s).gold) < 3)
+    task = env.task(seed)
+    denied = next(r for r in task.records if r not in {g.arguments["reservation_id"] for g in task.gold})
+    forbidden = Action(name="cancel_reservation", arguments={"reservation_id": denied})
+    # 2 of 3 requests have writes: both done → 1.0; the denied one cancelled too → halved
+    assert env.score(task, list(task.gold), list(task.gold)) == (1.0, {"tried": 1.0, "completed": 1.0, "unrequested_writes": 0.0})
+    calls = [*task.gold, forbidden]
+    assert env.score(task, calls, calls)[0] == 0.5
+    # a cancel of the denied record is not taken for a mistyped attempt at a pending one
+    assert env.score(task, task.gold[:1] + [forbidden], task.gold[:1] + [forbidden])[1]["tried"] == 0.5

@@ -11,8 +11,9 @@ e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) —
 every capability template is built from. `result_examples` keeps one observed JSON result per
 tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
 from any trajectories), so templates can answer in the target's record and write-result shapes;
-`request_examples` keeps the target users' own wording of a request for each write tool, so
-templates can ask in it.
+`request_examples` keeps the target users' own wording of a request for each write tool, with
+the record it was made on, so templates can ask in it about a record on which the target's rules
+allow it.
 """
 
 from __future__ import annotations
@@ -36,10 +37,13 @@ class Target:
     source: str  # "airline" (built-in) or the tools.json path it was read from
     preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
     closing: tuple[str, ...] = ()  # its lines after the domain rules
+    rules: tuple[str, ...] = ()  # its domain rules ("Cancel: …"), for templates that ask its own requests
     value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
     result_examples: dict[str, dict[str, Any]] | None = None  # tool -> one JSON object it returned
-    # write tool -> the target users' requests for it, each argument's value as "{parameter}"
-    request_examples: dict[str, list[str]] | None = None
+    # write tool -> [{"request": the user's words, each argument's value as "{parameter}",
+    #                 "record": the record it was made on, as the check tool returned it,
+    #                 "allowed": whether the target's rules allowed it there}]
+    request_examples: dict[str, list[dict[str, Any]]] | None = None
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -85,10 +89,10 @@ def _builtin_airline() -> Target:
     env = make_env("airline")
     messages, _ = env.reset(seed=0)
     prompt = messages[0].content or "" if messages and messages[0].role == "system" else ""
-    preamble, closing = split_prompt(prompt)
+    preamble, rules, closing = split_prompt(prompt)
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
-                  preamble=preamble or (title,), closing=closing, value_examples=gold_value_examples(env),
+                  preamble=preamble or (title,), closing=closing, rules=rules, value_examples=gold_value_examples(env),
                   result_examples=_oracle_result_examples(env), request_examples=_task_request_examples(env))
 
 
@@ -164,13 +168,14 @@ def _oracle_result_examples(env: Any, seeds: int = 20) -> dict[str, dict[str, An
     return observed_result_examples(trajectories, {t.name for t in env.tools})
 
 
-def request_examples(requests: Iterable[tuple[str, dict[str, Any]]], per_tool: int = 20) -> dict[str, list[str]]:
-    """Write tool -> request texts, from (the user's words, the write call {name, arguments} that
-    served them): each argument's value replaced by "{parameter}". A request is kept only if it states
-    every argument as a string, word for word — a value the agent computes (a bag count, a price)
-    cannot be given in the user's words."""
-    found: dict[str, list[str]] = {}
-    for text, call in requests:
+def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any], bool]],
+                     per_tool: int = 40) -> dict[str, list[dict[str, Any]]]:
+    """Write tool -> [{"request", "record", "allowed"}], from (the user's words, the write call {name,
+    arguments} that served them — or would have, where the rules forbid it —, the record it was made
+    on, whether the rules allowed it): each argument's value in the words replaced by "{parameter}". A request is kept only if it states every argument as a string, word for word — a
+    value the agent computes (a bag count, a price) cannot be given in the user's words."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for text, call, record, allowed in requests:
         arguments = call.get("arguments", {})
         if not arguments or "{" in text or not all(isinstance(v, str) and v for v in arguments.values()):
             continue
@@ -180,27 +185,43 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any]]], per_tool: i
                 break
         else:
             bucket = found.setdefault(call["name"], [])
-            if text not in bucket and len(bucket) < per_tool:
-                bucket.append(text)
+            example = {"request": text, "record": record, "allowed": allowed}
+            if example not in bucket and len(bucket) < per_tool:
+                bucket.append(example)
     return found
 
 
-def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[str]]:
-    """The built-in domain's requests that are allowed, with the write that serves each."""
-    subtasks = (sub for seed in range(seeds) for sub in env.reset(seed=seed)[1]["_task"].subtasks)
-    return request_examples((sub.request, sub.writes[0].model_dump()) for sub in subtasks if sub.allowed and sub.writes)
+def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[dict[str, Any]]]:
+    """The built-in domain's requests, each with the write that serves it (or would, ignoring the rules),
+    the record it is about as the check tool returns it, and whether the rules allow it."""
+    from tracerl.core.messages import Message, ToolCall
+
+    family = tool_families(tuple(env.tools))[0]
+    found = []
+    for seed in range(seeds):
+        for sub in env.reset(seed=seed)[1]["_task"].subtasks:
+            writes = sub.writes if sub.allowed else sub.anyway_writes
+            if not writes:
+                continue
+            write = writes[0].model_dump()
+            read = ToolCall.make(family.check.name, {family.id_param: write["arguments"].get(family.id_param)}, "read")
+            result = env.step(Message.assistant(tool_calls=[read]))[0][0].content or ""
+            if result.startswith("{"):
+                found.append((sub.request, write, json.loads(result), sub.allowed))
+    return request_examples(found)
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")
 
 
-def split_prompt(prompt: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(lines before the domain rules, lines after them); a rule line starts with a label ("Cancel: …")."""
+def split_prompt(prompt: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(lines before the domain rules, the rules, lines after them); a rule line starts with a label
+    ("Cancel: …")."""
     lines = [line for line in prompt.strip().splitlines() if line.strip()]
     rules = [i for i, line in enumerate(lines) if _RULE_LINE.match(line)]
     if not rules:
-        return tuple(lines), ()
-    return tuple(lines[:rules[0]]), tuple(lines[rules[-1] + 1:])
+        return tuple(lines), (), ()
+    return tuple(lines[:rules[0]]), tuple(lines[rules[0]:rules[-1] + 1]), tuple(lines[rules[-1] + 1:])
 
 
 @dataclass(frozen=True)

@@ -118,19 +118,8 @@ class TemplateEnv(ToolEnv):
         user = self.user_tool()
         return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
-    def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None,
-                       rng: random.Random | None = None) -> str:
-        """The request for `act` with `arguments` in the target users' own words when the target has them
-        for exactly these arguments (`Target.request_examples`, one drawn with `rng`): 'cancel reservation
-        rowan because of my health'; otherwise from the tool's name: 'cancel_pending_order' on '#W1' →
-        'cancel pending order #W1 (reason: "no longer needed")'."""
-        arguments = arguments or {self.id_param: record_id}
-        worded = self.worded_requests(act, arguments)
-        if worded and rng is not None:
-            text = rng.choice(worded)
-            for name, value in arguments.items():
-                text = text.replace("{" + name + "}", str(value))
-            return text
+    def request_phrase(self, act: ToolSchema, record_id: str, arguments: dict[str, Any] | None = None) -> str:
+        """'cancel_pending_order' on '#W1' → 'cancel pending order #W1 (reason: "no longer needed")'."""
         words = act.name.split("_")
         entity_words = self.family.entity.split("_")
         n = len(entity_words)
@@ -139,13 +128,30 @@ class TemplateEnv(ToolEnv):
             text = f"{' '.join(words)} for {self.entity} {record_id}"
         else:
             text = " ".join(words[:at + n] + [record_id] + words[at + n:])
-        details = self.render_args(arguments, self.id_param)
+        details = self.render_args(arguments or {}, self.id_param)
         return f"{text} ({details})" if details else text
 
-    def worded_requests(self, act: ToolSchema, arguments: Collection[str]) -> list[str]:
+    def worded_requests(self, act: ToolSchema, arguments: Collection[str]) -> list[dict[str, Any]]:
         """The target's request examples for `act` that state exactly these arguments."""
         examples = (self.target.request_examples or {}).get(act.name, [])
-        return [e for e in examples if set(re.findall(r"\{(\w+)\}", e)) == set(arguments)]
+        return [e for e in examples if set(re.findall(r"\{(\w+)\}", e["request"])) == set(arguments)]
+
+    def worded_request(self, act: ToolSchema, arguments: dict[str, Any], rng: random.Random,
+                       allowed: bool = True) -> tuple[str, dict[str, Any]] | None:
+        """One of the target users' requests for `act` (drawn with `rng`) with these arguments' values,
+        and the fields of the record it was made on (its id and user left out), so that the target's
+        rules allow it (`allowed`) or forbid it on the template's record as they did there: 'cancel
+        reservation rowan because of my health' on an insured reservation. None where the target has
+        no such request."""
+        worded = [e for e in self.worded_requests(act, arguments) if e.get("allowed", True) == allowed]
+        if not worded:
+            return None
+        example = rng.choice(worded)
+        text = example["request"]
+        for name, value in arguments.items():
+            text = text.replace("{" + name + "}", str(value))
+        fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
+        return text, copy.deepcopy(fields)
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""

@@ -3,7 +3,9 @@
 Task: 2 + difficulty requests (at most 6), given one at a time (the agent asks for each next
 one), each a write on its own record with the values the user gives — in the target users' own
 words where the target has requests that state every value (`Target.request_examples`: "cancel
-reservation rowan because of my health"); the ids are in the request, so no read is needed.
+reservation rowan because of my health"), each on a record like the one the target's user made it
+on, so that the target's own rules would allow it too; the ids are in the request, so no read is
+needed.
 Reward: per request, 0.5 for trying it (a call of its write tool on its record, failed calls and
 mistyped ids included — see `names_record`; each call counts for one request) and 0.5 for doing
 it exactly; averaged, and halved if any write was made that nobody asked for. Success = all done
@@ -14,11 +16,14 @@ still mistypes ids earns nothing for carrying on to the next request instead of 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.synthesis.target import ToolFamily, is_flat
 from tracerl.synthesis.templates.base import Task, TemplateEnv
+
+FORBIDDEN_SHARE = 0.25  # of requests in the target's words: the share its rules forbid (its multi tasks': 20–25%)
 
 
 class MultiStepCompletionEnv(TemplateEnv):
@@ -36,33 +41,42 @@ class MultiStepCompletionEnv(TemplateEnv):
         n = min(2 + self.difficulty, 6)
         ids = self.new_ids(rng, n)
         records, gold, lines = {}, [], []
-        for record_id in ids:
-            records[record_id] = self.make_record(record_id, rng, own_fields=False)
+        target_words = False
+        for i, record_id in enumerate(ids):
             act = rng.choice(self.acts)
             args = self.arguments(act, rng, record_id)
-            gold.append(Action(name=act.name, arguments=args))
-            lines.append(self.request_phrase(act, record_id, args, rng))
+            # as on the target, some requests its rules forbid — never all of them
+            allowed = rng.random() >= FORBIDDEN_SHARE or (i == n - 1 and not gold)
+            worded = self.worded_request(act, args, rng, allowed)
+            if worded is None and not allowed:  # the target has no forbidden request of this kind
+                allowed, worded = True, self.worded_request(act, args, rng)
+            text, fields = worded or (self.request_phrase(act, record_id, args), {})
+            target_words = target_words or worded is not None
+            records[record_id] = self.make_record(record_id, rng, own_fields=False, **fields)
+            if allowed:
+                gold.append(Action(name=act.name, arguments=args))
+            lines.append(text)
         hint = (
-            "The user has several requests and gives them one at a time. When a request is done, ask the user "
-            "for the next request; close only when the user has none left."
+            "The user has several requests and gives them one at a time. When a request is done or denied, ask "
+            "the user for the next request; close only when the user has none left."
         )
-        return Task(records=records, requests=lines,
-                    rules=["Requests: handle every request of the user before you close."], hint=hint, gold=gold,
-                    kind=f"{n}-step", user_id=self.new_user_id(rng))
+        rules = [*(self.target.rules if target_words else ()), "Requests: handle every request of the user before you close."]
+        return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold,
+                    kind=f"{n}-step" + (f"-{n - len(gold)}-denied" if len(gold) < n else ""), user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]
         done = sum(any(self.same_call(w, g) for w in writes) for g in task.gold)
         unasked = sum(not any(self.same_call(w, g) for g in task.gold) for w in writes)
-        tried = self.tried_requests(task.gold, attempts)
+        tried = self.tried_requests(task.gold, attempts, task.records)
         n = len(task.gold)
         reward = (0.5 * tried / n + 0.5 * done / n) * (0.5 if unasked else 1.0)
         return reward, {"tried": tried / n, "completed": done / n, "unrequested_writes": float(unasked)}
 
-    def tried_requests(self, gold: list[Action], attempts: list[Action]) -> int:
+    def tried_requests(self, gold: list[Action], attempts: list[Action], ids: Collection[str]) -> int:
         """How many requests have a write attempt of their tool on their record; calls naming a record
-        are matched first, then calls naming none (mistyped ids), each call to one request."""
-        ids = {g.arguments[self.id_param] for g in gold}
+        are matched first, then calls naming none of the task's records `ids` (mistyped ids), each call
+        to one request."""
         pending, unused = list(gold), list(attempts)
         for exact in (True, False):
             for g in list(pending):
