@@ -12,8 +12,8 @@ every capability template is built from. `result_examples` keeps one observed JS
 tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
 from any trajectories), so templates can answer in the target's record and write-result shapes;
 `request_examples` keeps the target users' own wording of a request for each write tool, with
-the record it was made on, so templates can ask in it about a record on which the target's rules
-allow it.
+the record it was made on and whether the target's rules (`rules`) allowed it there, so templates
+can ask the target's own requests on records where its rules decide them as they did.
 """
 
 from __future__ import annotations
@@ -172,8 +172,9 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any
                      per_tool: int = 40) -> dict[str, list[dict[str, Any]]]:
     """Write tool -> [{"request", "record", "allowed"}], from (the user's words, the write call {name,
     arguments} that served them — or would have, where the rules forbid it —, the record it was made
-    on, whether the rules allowed it): each argument's value in the words replaced by "{parameter}". A request is kept only if it states every argument as a string, word for word — a
-    value the agent computes (a bag count, a price) cannot be given in the user's words."""
+    on, whether the rules allowed it): each argument's value in the words replaced by "{parameter}".
+    A request is kept only if it states every argument as a string, word for word — a value the
+    agent computes (a bag count, a price) cannot be given in the user's words."""
     found: dict[str, list[dict[str, Any]]] = {}
     for text, call, record, allowed in requests:
         arguments = call.get("arguments", {})

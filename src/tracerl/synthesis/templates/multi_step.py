@@ -1,16 +1,17 @@
 """multi_step_completion: the user asks for several writes; every one of them must be done.
 
 Task: 2 + difficulty requests (at most 6), given one at a time (the agent asks for each next
-one), each a write on its own record with the values the user gives — in the target users' own
-words where the target has requests that state every value (`Target.request_examples`: "cancel
-reservation rowan because of my health"), each on a record like the one the target's user made it
-on, so that the target's own rules would allow it too; the ids are in the request, so no read is
-needed.
-Reward: per request, 0.5 for trying it (a call of its write tool on its record, failed calls and
-mistyped ids included — see `names_record`; each call counts for one request) and 0.5 for doing
-it exactly; averaged, and halved if any write was made that nobody asked for. Success = all done
-exactly, nothing else changed. The trying half is the capability itself: scored on exact writes alone, an agent that
-still mistypes ids earns nothing for carrying on to the next request instead of closing early.
+one), each a write on its own record with the values the user gives; the ids are in the request.
+Where the target has requests that state every value (`Target.request_examples`), they are its
+users' own ("cancel reservation rowan because of my health"), each on the record it was made on,
+with the target's rules in the prompt, and a quarter of them ones those rules forbid there: such a
+request has no gold write, and the agent denies it and asks for the next one.
+Reward: per request with a gold write, 0.5 for trying it (a call of its write tool on its record,
+failed calls and mistyped ids included — see `names_record`; each call counts for one request)
+and 0.5 for doing it exactly; averaged, and halved if any write was made that nobody asked for (a
+denied request's included). Success = all done exactly, nothing else changed. The trying half is
+the capability itself: scored on exact writes alone, an agent that still mistypes ids earns
+nothing for carrying on to the next request instead of closing early.
 """
 
 from __future__ import annotations
@@ -60,9 +61,11 @@ class MultiStepCompletionEnv(TemplateEnv):
             "The user has several requests and gives them one at a time. When a request is done or denied, ask "
             "the user for the next request; close only when the user has none left."
         )
-        rules = [*(self.target.rules if target_words else ()), "Requests: handle every request of the user before you close."]
-        return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold,
-                    kind=f"{n}-step" + (f"-{n - len(gold)}-denied" if len(gold) < n else ""), user_id=self.new_user_id(rng))
+        rules = [*(self.target.rules if target_words else ()),
+                 "Requests: handle every request of the user before you close."]
+        kind = f"{n}-step" + (f"-{n - len(gold)}-denied" if len(gold) < n else "")
+        return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold, kind=kind,
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]
