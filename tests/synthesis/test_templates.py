@@ -263,7 +263,7 @@ def test_multi_step_asks_the_targets_requests_on_their_records(airline):
             # a request the target's rules forbid on its record has no gold write
             assert (record_id in gold_ids) == matches[0]["allowed"]
             denied += record_id not in gold_ids
-    assert 0.1 < denied / 120 < 0.4
+    assert 0.25 < denied / 120 < 0.6  # the target's cancellations: 13 of 31 forbidden
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):
@@ -302,13 +302,15 @@ def test_structured_criteria_use_fields_the_targets_records_have(airline, retail
 
 def test_multi_step_scores_a_denied_request_by_the_write_not_made(airline):
     env = MultiStepCompletionEnv(airline, difficulty=1)
-    seed = next(s for s in range(40) if len(env.task(s).gold) < 3)
+    seed = next(s for s in range(40) if len(env.task(s).gold) == 2)
     task = env.task(seed)
     denied = next(r for r in task.records if r not in {g.arguments["reservation_id"] for g in task.gold})
     forbidden = Action(name="cancel_reservation", arguments={"reservation_id": denied})
-    # 2 of 3 requests have writes: both done → 1.0; the denied one cancelled too → halved
-    assert env.score(task, list(task.gold), list(task.gold)) == (1.0, {"tried": 1.0, "completed": 1.0, "unrequested_writes": 0.0})
+    # 2 of 3 requests have writes: both done → 1.0; the denied one cancelled too → 0, as on the target
+    assert env.score(task, list(task.gold), list(task.gold)) == (
+        1.0, {"tried": 1.0, "completed": 1.0, "unrequested_writes": 0.0, "denied_writes": 0.0})
     calls = [*task.gold, forbidden]
-    assert env.score(task, calls, calls)[0] == 0.5
+    assert env.score(task, calls, calls) == (
+        0.0, {"tried": 1.0, "completed": 1.0, "unrequested_writes": 1.0, "denied_writes": 1.0})
     # a cancel of the denied record is not taken for a mistyped attempt at a pending one
     assert env.score(task, task.gold[:1] + [forbidden], task.gold[:1] + [forbidden])[1]["tried"] == 0.5

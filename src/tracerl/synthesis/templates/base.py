@@ -137,13 +137,13 @@ class TemplateEnv(ToolEnv):
         return [e for e in examples if set(re.findall(r"\{(\w+)\}", e["request"])) == set(arguments)]
 
     def worded_request(self, act: ToolSchema, arguments: dict[str, Any], rng: random.Random,
-                       allowed: bool = True) -> tuple[str, dict[str, Any]] | None:
-        """One of the target users' requests for `act` (drawn with `rng`) with these arguments' values,
-        and the fields of the record it was made on (its id and user left out), so that the target's
-        rules allow it (`allowed`) or forbid it on the template's record as they did there: 'cancel
-        reservation rowan because of my health' on an insured reservation. None where the target has
-        no such request."""
-        worded = [e for e in self.worded_requests(act, arguments) if e.get("allowed", True) == allowed]
+                       allowed: bool | None = None) -> tuple[str, dict[str, Any], bool] | None:
+        """One of the target users' requests for `act` (drawn with `rng`; only ones its rules allowed,
+        or forbade, where `allowed` says) with these arguments' values, the fields of the record it was
+        made on (its id and user left out) — so that the target's rules decide it on the template's
+        record as they did there: 'cancel reservation rowan because of my health' on an insured
+        reservation — and whether they allowed it. None where the target has no such request."""
+        worded = [e for e in self.worded_requests(act, arguments) if allowed is None or e["allowed"] == allowed]
         if not worded:
             return None
         example = rng.choice(worded)
@@ -151,7 +151,7 @@ class TemplateEnv(ToolEnv):
         for name, value in arguments.items():
             text = text.replace("{" + name + "}", str(value))
         fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
-        return text, copy.deepcopy(fields)
+        return text, copy.deepcopy(fields), example["allowed"]
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""

@@ -4,13 +4,13 @@ Task: 2 + difficulty requests (at most 6), given one at a time (the agent asks f
 one), each a write on its own record with the values the user gives; the ids are in the request.
 Where the target has requests that state every value (`Target.request_examples`), they are its
 users' own ("cancel reservation rowan because of my health"), each on the record it was made on,
-with the target's rules in the prompt, and a quarter of them ones those rules forbid there: such a
-request has no gold write, and the agent denies it and asks for the next one.
+with the target's rules in the prompt, forbidden there as often as among the target's requests:
+such a request has no gold write, and the agent denies it and asks for the next one.
 Reward: per request with a gold write, 0.5 for trying it (a call of its write tool on its record,
 failed calls and mistyped ids included — see `names_record`; each call counts for one request)
-and 0.5 for doing it exactly; averaged, and halved if any write was made that nobody asked for (a
-denied request's included). Success = all done exactly, nothing else changed. The trying half is
-the capability itself: scored on exact writes alone, an agent that still mistypes ids earns
+and 0.5 for doing it exactly; averaged, and halved if any write was made that nobody asked for;
+0 if a denied request was written, as the target fails a forbidden write. Success = all done
+exactly, nothing else changed. The trying half is the capability itself: scored on exact writes alone, an agent that still mistypes ids earns
 nothing for carrying on to the next request instead of closing early.
 """
 
@@ -23,8 +23,6 @@ from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.synthesis.target import ToolFamily, is_flat
 from tracerl.synthesis.templates.base import Task, TemplateEnv
-
-FORBIDDEN_SHARE = 0.25  # of requests in the target's words: the share its rules forbid (its multi tasks': 20–25%)
 
 
 class MultiStepCompletionEnv(TemplateEnv):
@@ -46,12 +44,9 @@ class MultiStepCompletionEnv(TemplateEnv):
         for i, record_id in enumerate(ids):
             act = rng.choice(self.acts)
             args = self.arguments(act, rng, record_id)
-            # as on the target, some requests its rules forbid — never all of them
-            allowed = rng.random() >= FORBIDDEN_SHARE or (i == n - 1 and not gold)
-            worded = self.worded_request(act, args, rng, allowed)
-            if worded is None and not allowed:  # the target has no forbidden request of this kind
-                allowed, worded = True, self.worded_request(act, args, rng)
-            text, fields = worded or (self.request_phrase(act, record_id, args), {})
+            # allowed and forbidden as often as among the target's requests — never all forbidden
+            worded = self.worded_request(act, args, rng, True if i == n - 1 and not gold else None)
+            text, fields, allowed = worded or (self.request_phrase(act, record_id, args), {}, True)
             target_words = target_words or worded is not None
             records[record_id] = self.make_record(record_id, rng, own_fields=False, **fields)
             if allowed:
@@ -63,18 +58,21 @@ class MultiStepCompletionEnv(TemplateEnv):
         )
         rules = [*(self.target.rules if target_words else ()),
                  "Requests: handle every request of the user before you close."]
-        kind = f"{n}-step" + (f"-{n - len(gold)}-denied" if len(gold) < n else "")
+        denied = [i for i in ids if i not in {g.arguments[self.id_param] for g in gold}]
+        kind = f"{n}-step" + (f"-{len(denied)}-denied" if denied else "")
         return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold, kind=kind,
-                    user_id=self.new_user_id(rng))
+                    expected={"denied": denied}, user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]
         done = sum(any(self.same_call(w, g) for w in writes) for g in task.gold)
         unasked = sum(not any(self.same_call(w, g) for g in task.gold) for w in writes)
         tried = self.tried_requests(task.gold, attempts, task.records)
+        denied = sum(w.arguments.get(self.id_param) in task.expected.get("denied", ()) for w in writes)
         n = len(task.gold)
-        reward = (0.5 * tried / n + 0.5 * done / n) * (0.5 if unasked else 1.0)
-        return reward, {"tried": tried / n, "completed": done / n, "unrequested_writes": float(unasked)}
+        reward = 0.0 if denied else (0.5 * tried / n + 0.5 * done / n) * (0.5 if unasked else 1.0)
+        return reward, {"tried": tried / n, "completed": done / n, "unrequested_writes": float(unasked),
+                        "denied_writes": float(denied)}
 
     def tried_requests(self, gold: list[Action], attempts: list[Action], ids: Collection[str]) -> int:
         """How many requests have a write attempt of their tool on their record; calls naming a record
