@@ -10,8 +10,9 @@ Reward: per request with a gold write, 0.5 for trying it (a call of its write to
 failed calls and mistyped ids included — see `names_record`; each call counts for one request)
 and 0.5 for doing it exactly; averaged, and halved if any write was made that nobody asked for;
 0 if a denied request was written, as the target fails a forbidden write. Success = all done
-exactly, nothing else changed. The trying half is the capability itself: scored on exact writes alone, an agent that still mistypes ids earns
-nothing for carrying on to the next request instead of closing early.
+exactly, nothing else changed. The trying half is the capability itself: scored on exact writes
+alone, an agent that still mistypes ids earns nothing for carrying on to the next request instead
+of closing early.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class MultiStepCompletionEnv(TemplateEnv):
         )
         rules = [*(self.target.rules if target_words else ()),
                  "Requests: handle every request of the user before you close."]
-        denied = [i for i in ids if i not in {g.arguments[self.id_param] for g in gold}]
+        denied = [r for r in ids if r not in {g.arguments[self.id_param] for g in gold}]
         kind = f"{n}-step" + (f"-{len(denied)}-denied" if denied else "")
         return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold, kind=kind,
                     expected={"denied": denied}, user_id=self.new_user_id(rng))
