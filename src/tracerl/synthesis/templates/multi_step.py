@@ -59,17 +59,17 @@ class MultiStepCompletionEnv(TemplateEnv):
         )
         rules = [*(self.target.rules if target_words else ()),
                  "Requests: handle every request of the user before you close."]
-        denied = [r for r in ids if r not in {g.arguments[self.id_param] for g in gold}]
-        kind = f"{n}-step" + (f"-{len(denied)}-denied" if denied else "")
+        kind = f"{n}-step" + (f"-{n - len(gold)}-denied" if len(gold) < n else "")
         return Task(records=records, requests=lines, rules=rules, hint=hint, gold=gold, kind=kind,
-                    expected={"denied": denied}, user_id=self.new_user_id(rng))
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         writes = [c for c in calls if self.is_write(c)]
         done = sum(any(self.same_call(w, g) for w in writes) for g in task.gold)
         unasked = sum(not any(self.same_call(w, g) for g in task.gold) for w in writes)
         tried = self.tried_requests(task.gold, attempts, task.records)
-        denied = sum(w.arguments.get(self.id_param) in task.expected.get("denied", ()) for w in writes)
+        denied_ids = set(task.records) - {g.arguments[self.id_param] for g in task.gold}  # records with no gold write
+        denied = sum(w.arguments.get(self.id_param) in denied_ids for w in writes)
         n = len(task.gold)
         reward = 0.0 if denied else (0.5 * tried / n + 0.5 * done / n) * (0.5 if unasked else 1.0)
         return reward, {"tried": tried / n, "completed": done / n, "unrequested_writes": float(unasked),

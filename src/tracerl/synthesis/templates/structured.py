@@ -46,7 +46,7 @@ class StructuredDataReasoningEnv(TemplateEnv):
         key = rng.choice(keys)
         text, field, pick = CRITERIA[key]
         values = {"amount": [a * 50 for a in amounts], "created_at": [f"2024-05-{d:02d}" for d in days]}
-        records = {record_id: self.make_record(record_id, rng, own_fields=example is None, status=statuses[i],
+        records = {record_id: self.make_record(record_id, rng, own_fields=False, status=statuses[i],
                                                **{field: values[field][i]})
                    for i, record_id in enumerate(ids)}
         pool = [r for r in records.values() if r["status"] == "active"] if filtered else list(records.values())
