@@ -211,7 +211,7 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
 
 
 def test_request_examples_keep_requests_that_state_every_argument():
-    from tracerl.synthesis.target import request_examples
+    from tracerl.synthesis.target import fill_request, request_examples, request_parameters
 
     cancel = {"name": "cancel_reservation", "arguments": {"reservation_id": "oak"}}
     bags = {"name": "update_reservation_baggages",
@@ -230,6 +230,8 @@ def test_request_examples_keep_requests_that_state_every_argument():
         {"request": health, "record": record, "allowed": True},
         {"request": health, "record": {**record, "cabin": "economy"}, "allowed": False},
         {"request": "soak reservation {reservation_id}, {reservation_id}!", "record": record, "allowed": True}]}
+    assert request_parameters(health) == {"reservation_id"}
+    assert fill_request(health, {"reservation_id": "elm"}) == "cancel reservation elm because of my health"
 
 
 def test_airline_request_examples_are_its_users_requests_on_their_records(airline):

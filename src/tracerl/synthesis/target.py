@@ -192,6 +192,18 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any
     return found
 
 
+def request_parameters(request: str) -> set[str]:
+    """The parameters a request example states: {"reservation_id"} for 'cancel reservation {reservation_id}'."""
+    return set(re.findall(r"\{(\w+)\}", request))
+
+
+def fill_request(request: str, arguments: dict[str, Any]) -> str:
+    """A request example with these arguments' values in its "{parameter}" places."""
+    for name, value in arguments.items():
+        request = request.replace("{" + name + "}", str(value))
+    return request
+
+
 def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[dict[str, Any]]]:
     """The built-in domain's requests, each with the write that serves it (or would, ignoring the rules),
     the record it is about as the check tool returns it, and whether the rules allow it."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import re
 from abc import abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from tracerl.envs.airline.policy import NEXT_REQUEST_RULE
 from tracerl.envs.airline.user import ScriptedUser
 from tracerl.envs.base import ToolEnv
 from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
-from tracerl.synthesis.target import Target, ToolFamily, tool_families
+from tracerl.synthesis.target import Target, ToolFamily, fill_request, request_parameters, tool_families
 
 # What a record's status becomes after a write tool ran, by the tool's leading verb.
 _VERB_STATUS = {
@@ -134,7 +133,7 @@ class TemplateEnv(ToolEnv):
     def worded_requests(self, act: ToolSchema, arguments: Collection[str]) -> list[dict[str, Any]]:
         """The target's request examples for `act` that state exactly these arguments."""
         examples = (self.target.request_examples or {}).get(act.name, [])
-        return [e for e in examples if set(re.findall(r"\{(\w+)\}", e["request"])) == set(arguments)]
+        return [e for e in examples if request_parameters(e["request"]) == set(arguments)]
 
     def worded_request(self, act: ToolSchema, arguments: dict[str, Any], rng: random.Random,
                        allowed: bool | None = None) -> tuple[str, dict[str, Any], bool] | None:
@@ -147,9 +146,7 @@ class TemplateEnv(ToolEnv):
         if not worded:
             return None
         example = rng.choice(worded)
-        text = example["request"]
-        for name, value in arguments.items():
-            text = text.replace("{" + name + "}", str(value))
+        text = fill_request(example["request"], arguments)
         fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
         return text, copy.deepcopy(fields), example["allowed"]
 
