@@ -8,7 +8,7 @@ import torch
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
                                         drill_conversations, exact_final_turns, is_drill_step, length_grouped_batches,
-                                        id_read_drills, sft_example, shared_prefix_loss, train_sft)
+                                        id_read_drills, said_value_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -193,6 +193,14 @@ def test_id_read_drills_end_with_a_read_of_ids(demos):
     assert searches and not any(d in reads for d in searches)
 
 
+def test_said_value_drills_end_with_a_text_saying_a_value_read_in_a_tool_result():
+    demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
+                if any(m.role == "assistant" and "The refund is" in (m.content or "") for m in t.messages))
+    said = said_value_drills(copy_drills(demo))
+    assert said and all(not d.messages[-1].tool_calls and d.messages[-1].content for d in said)
+    assert any("The refund is" in d.messages[-1].content for d in said)
+
+
 @pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [
     ([0.1, 0.4, 0.9], 1000, 2 + 100 + 1, [2, 52, 102]),  # drills on until the check passes
     ([0.0] * 9, 70, 2 + 70 + 1, [2, 52, 72]),  # or until drill_extra_max
@@ -204,6 +212,6 @@ def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, che
     recipe = AgentRecipe(max_steps=1, drill_steps=2, drill_every=0, drill_target=0.8, drill_extra_max=extra_max,
                          drill_batch_size=1, batch_size=1, warmup_steps=1)
     answers = iter(checks)
-    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=lambda m: next(answers))
+    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=lambda m: {"id_reads_exact": next(answers)})
     assert history["steps"] == steps == len(history["losses"])
     assert [c["step"] for c in history["drill_checks"]] == checked_at

@@ -47,3 +47,18 @@ def test_number_tokens_extend_the_trained_vocabulary():
     plain, numbers = train_tokenizer(CORPUS, vocab_size=400), train_tokenizer(CORPUS, vocab_size=400, number_digits=3)
     assert len(plain) + 1000 < len(numbers) <= len(plain) + 1100  # runs of 2-3 digits, some learnt anyway
     assert pieces(numbers, "emma_lopez") == pieces(plain, "emma_lopez")
+
+
+def test_with_json_keys_a_value_is_the_token_after_its_key():
+    record = '{"payment_history": [{"amount": 582, "payment_id": "gift_card_basket"}], "reservation_id": "pebble"}'
+    call = '{"reservation_id":"pebble","total_baggages":13}'
+    corpus = CORPUS + [record, call] * 20
+    tok = train_tokenizer(corpus, vocab_size=400, number_digits=3, json_keys=True)
+    assert pieces(tok, record)[3:5] == ['"amount": ', "582"]
+    assert pieces(tok, record)[7] == '"payment_id": "'
+    assert pieces(tok, call)[:3] == ["{", '"reservation_id":"', "pebble"]
+    assert "582" in pieces(tok, "The refund is 582 dollars")  # the same token in prose
+    for text in [record, call, 'She said "hi": fine', *CORPUS]:
+        assert tok.decode(tok.encode(text)) == text
+    plain = train_tokenizer(corpus, vocab_size=400, number_digits=3)
+    assert pieces(plain, record)[pieces(plain, record).index("582") - 1] == " "  # without: a space, then `":`, then the key

@@ -67,6 +67,7 @@ class AgentRecipe(BaseModel):
     episodes: int = 4000
     vocab_size: int = 2048  # every id word one token, with or without its '_'
     number_digits: int = 3  # every run of 1-3 digits one token besides (see tokenizer.py)
+    json_keys: bool = False  # a JSON key (`"amount": `) one pre-token, its value the next token (see tokenizer.py)
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -217,6 +218,12 @@ def id_read_drills(drills: list[Trajectory]) -> list[Trajectory]:
     return [d for d in drills if d.messages[-1].tool_calls and all(id_read(c) for c in d.messages[-1].tool_calls)]
 
 
+def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
+    """The drills that end with a text saying a value read in a tool result ("The refund is 582
+    dollars", a new flight's price): found by its key, not named by the user."""
+    return [d for d in drills if not d.messages[-1].tool_calls]
+
+
 @torch.no_grad()
 def exact_final_turns(model: torch.nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 16) -> float:
     """Share of `examples` whose last assistant turn (the final run of mask-1 tokens) the model
@@ -298,7 +305,7 @@ def build_agent(
     bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
     texts = conversation_texts(ChatFormat(bootstrap), demos)
     tokenizer = train_tokenizer(texts, vocab_size=recipe.vocab_size, chat_template=TINY_AGENT_TEMPLATE,
-                                number_digits=recipe.number_digits)
+                                number_digits=recipe.number_digits, json_keys=recipe.json_keys)
     chat = ChatFormat(tokenizer)
     examples = [sft_example(chat, t) for t in demos]
     drills = []
@@ -320,9 +327,12 @@ def build_agent(
 
     probe = None
     if drills and recipe.drill_target:
-        held_out = [sft_example(chat, d) for t in collect_demonstrations(recipe, val_seeds) for d in id_read_drills(copy_drills(t))]
-        probe = lambda m: exact_final_turns(m, held_out, tokenizer.pad_token_id)  # noqa: E731
-        log(f"drill check: {len(held_out)} id-read drills of the validation seeds")
+        held_out = [copy_drills(t) for t in collect_demonstrations(recipe, val_seeds)]
+        watched = {"id_reads_exact": [sft_example(chat, d) for ds in held_out for d in id_read_drills(ds)],
+                   "said_values_exact": [sft_example(chat, d) for ds in held_out for d in said_value_drills(ds)]}
+        probe = lambda m: {name: exact_final_turns(m, examples, tokenizer.pad_token_id) for name, examples in watched.items()}  # noqa: E731
+        log(f"drill check: {len(watched['id_reads_exact'])} id-read drills of the validation seeds "
+            f"({len(watched['said_values_exact'])} said-value drills watched)")
     history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress, drill_check=probe,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
@@ -366,10 +376,10 @@ def train_sft(
     log: Callable[[str], None] = print,
     progress: Callable[[int, int, float], None] | None = None,
     on_eval: Callable[[torch.nn.Module], float] | None = None,
-    drill_check: Callable[[torch.nn.Module], float] | None = None,
+    drill_check: Callable[[torch.nn.Module], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Masked next-token training: `recipe.drill_steps` steps of drill batches, then (with
-    `drill_check`) 50 more at a time while `drill_check(model)` < `recipe.drill_target`, at most
+    `drill_check`, rates by name) 50 more at a time while its "id_reads_exact" < `recipe.drill_target`, at most
     `recipe.drill_extra_max`, at the learning rate the drills ended with; then `recipe.max_steps`
     steps of episode batches of which every `recipe.drill_every`-th is a drill batch instead (when
     there are drills). Returns losses, validation pass rates, drill checks, steps, tokens seen and
@@ -429,10 +439,10 @@ def train_sft(
             log(f"step {done}/{planned} loss {sum(losses[-25:]) / 25:.4f} ({time.time() - start:.0f}s)")
 
     def check() -> float:
-        rate = drill_check(model)
-        checks.append({"step": len(losses), "id_reads_exact": round(rate, 4)})
-        log(f"step {len(losses)}: held-out id-read drills exact {rate:.3f}")
-        return rate
+        rates = drill_check(model)
+        checks.append({"step": len(losses), **{name: round(rate, 4) for name, rate in rates.items()}})
+        log(f"step {len(losses)}: held-out drills " + ", ".join(f"{name} {rate:.3f}" for name, rate in rates.items()))
+        return rates["id_reads_exact"]
 
     for scheduled in range(total):
         train_step(bool(drills) and is_drill_step(scheduled, drill_steps, recipe.drill_every), lr_at(scheduled))

@@ -15,8 +15,16 @@ Numbers: by default every digit is its own token, as in Qwen. With `number_digit
 cut into runs of up to three digits from the left, as Llama 3's tokenizer does, and every run of one
 to three digits is one token: an amount such as 437 is then one token of a thousand, which can be
 copied by the lookup that copies an id word, where ten digit tokens recur everywhere and a copy of
-the digits after the first has nothing to find its place by. (The shipped agent has this tokenizer
+the digits after the first has nothing to find its place by. (The v28 agent has this tokenizer
 and still says no refund it read: benchmarks/README.md, v28.)
+
+JSON keys: with `json_keys`, a key with its colon, the space after it and a string's opening quote
+is one pre-token (`"amount": `, `"reservation_id":"`), so that a value in a tool result is the token
+right after its key's. Without it a value sits two or three tokens after its key word (`amount`,
+`":`, ` `, `582`), where every value of every key has the same one or two tokens before it; looking
+a value up by its key ("the refund is the amount read") then needs a head that reads three tokens
+back, which a model of a million parameters did not form (benchmarks/README.md, "Values looked up
+by their key").
 """
 
 from __future__ import annotations
@@ -38,27 +46,36 @@ SPLIT_PATTERN = (
 
 MAX_NUMBER_DIGITS = 3  # every run of up to this many digits may be one token: 10 + 100 + 1,000 ids
 
+JSON_KEY = r'"[\p{L}_]+": ?"?'  # a key, its colon, an optional space and a string value's opening quote
+PUNCTUATION = r" ?[^\s\p{L}\p{N}]+[\r\n]*"
 
-def split_pattern(number_digits: int) -> str:
-    """SPLIT_PATTERN with numbers cut into runs of up to `number_digits` digits."""
-    return SPLIT_PATTERN if number_digits == 1 else SPLIT_PATTERN.replace(r"|\p{N}|", rf"|\p{{N}}{{1,{number_digits}}}|")
+
+def split_pattern(number_digits: int, json_keys: bool = False) -> str:
+    """SPLIT_PATTERN with numbers cut into runs of up to `number_digits` digits and, with
+    `json_keys`, a JSON key one pre-token (a run of punctuation stops before a key's quote)."""
+    pattern = SPLIT_PATTERN if number_digits == 1 else SPLIT_PATTERN.replace(r"|\p{N}|", rf"|\p{{N}}{{1,{number_digits}}}|")
+    if json_keys:
+        pattern = JSON_KEY + "|" + pattern.replace(PUNCTUATION, rf" ?(?:(?!{JSON_KEY})[^\s\p{{L}}\p{{N}}])+[\r\n]*")
+    return pattern
 
 
 def train_tokenizer(
-    texts: Iterable[str], vocab_size: int = 1024, chat_template: str = TINY_AGENT_TEMPLATE, number_digits: int = 1
+    texts: Iterable[str], vocab_size: int = 1024, chat_template: str = TINY_AGENT_TEMPLATE, number_digits: int = 1,
+    json_keys: bool = False,
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on `texts`, wrapped for transformers, chat template set.
 
     Ids 0..8 are the special and markup tokens (`<|endoftext|>` = 0 is also the pad token), then
     the 256 byte symbols, then the merges. With `number_digits` > 1, every run of up to that many
-    digits is one token besides: `vocab_size` plus up to 10**number_digits ids. Deterministic for
-    the same texts and options.
+    digits is one token besides: `vocab_size` plus up to 10**number_digits ids. With `json_keys` a
+    JSON key is one pre-token (a frequent one becomes one token). Deterministic for the same texts
+    and options.
     """
     if not 1 <= number_digits <= MAX_NUMBER_DIGITS:
         raise ValueError(f"number_digits must be 1, 2 or 3, not {number_digits}")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(split_pattern(number_digits)), behavior="isolated"),
+        pre_tokenizers.Split(Regex(split_pattern(number_digits, json_keys)), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
