@@ -12,7 +12,10 @@
    call itself.
    Then the same on the user id with words appended to the user's "My user id is …." message: a
    model that finds the id by its content is unaffected; one that copies from a fixed distance
-   back is not.
+   back is not. And, per kind of final turn, the share of held-out copy drills (`copy_drills` of
+   the same demonstrations: from the request to a turn that copies a value) whose final turn the
+   model predicts exactly: id reads, each other tool's calls, and said values (the refund read
+   by its key in the reservation, a new flight's price).
 2. Free generation (with --rollouts of the built-in airline domain, e.g. from
    `tracerl collect --policy model:DIR --split test`), per tool (`named_ids`): the share of the
    agent's calls whose every id is the one the conversation named for that request — the user's
@@ -249,6 +252,24 @@ def free_generation_reservations(trajectories) -> dict:
             "calls whose ids were all copied": copied_ids(trajectories)}
 
 
+def drills_exact_by_turn(model, tokenizer, demos) -> dict[str, dict[str, float]]:
+    """Teacher-forced exactness of the demonstrations' copy drills, by what their final turn does."""
+    from tracerl.models.build_agent import copy_drills, exact_final_turns, id_read_drills, said_value_drills, sft_example
+    from tracerl.models.chat import ChatFormat
+
+    chat = ChatFormat(tokenizer)
+    groups: dict[str, list] = defaultdict(list)
+    for trajectory in demos:
+        drills = copy_drills(trajectory)
+        reads, said = id_read_drills(drills), said_value_drills(drills)
+        for d in drills:
+            kind = ("id read" if any(d is r for r in reads) else "said value" if any(d is v for v in said)
+                    else d.messages[-1].tool_calls[0].function.name)
+            groups[kind].append(sft_example(chat, d))
+    return {kind: {"drills": len(examples), "exact": round(exact_final_turns(model, examples, tokenizer.pad_token_id), 3)}
+            for kind, examples in sorted(groups.items())}
+
+
 def copied_ids(trajectories) -> dict[str, dict[str, float]]:
     """Of the read and of the write tool calls (by the tools' kinds) that pass an id (a string argument
     named `…_id`), the share whose every id appeared verbatim in an earlier user or tool message."""
@@ -273,6 +294,7 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="agent directory (e.g. src/tracerl/models/tiny_agent)")
     ap.add_argument("--rollouts", type=Path, default=None, help="the agent's rollouts (tracerl collect) for the free-generation figures")
     ap.add_argument("--demos", type=int, default=40, help="held-out demonstrations for the teacher-forced figures")
+    ap.add_argument("--drill-demos", type=int, default=200, help="held-out demonstrations whose copy drills are scored")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -286,7 +308,9 @@ def main() -> None:
     result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos),
               "teacher_forced_user_id_with_words_after_it": teacher_forced(
                   model, tokenizer, with_words_after_user_id(demos))["user_id"],
-              "teacher_forced_reservation_id_of_the_first_write": teacher_forced_write(model, tokenizer, demos)}
+              "teacher_forced_reservation_id_of_the_first_write": teacher_forced_write(model, tokenizer, demos),
+              "teacher_forced_drills_exact": drills_exact_by_turn(
+                  model, tokenizer, collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.drill_demos)))}
     if args.rollouts:
         from tracerl.envs.loading import load_rollouts
 

@@ -1,0 +1,125 @@
+"""Can a built agent learn to copy values it must find by their key? Continue it on copy drills.
+
+    python benchmarks/keyed_value_drills.py --model DIR [--steps 500] [--redraws 3] [--threads 2]
+
+Continues training the agent in DIR (in memory; DIR is not written) on the copy drills of the
+default build's training demonstrations (`copy_drills` of the seed-0 flawed policy on train seeds
+0…3,999, as `build-agent --seed 0` cuts them) whose final turn is not an id read or a
+cancellation — the searches, bag and flight updates, certificates and said values (the refund
+read by `"amount"` in the reservation), which need a value found by its key in a tool result —
+with a fifth of the id-read and cancellation drills kept beside them. With `--redraws K`, every
+such drill whose final turn copies a number read earlier comes K more times with that number
+re-drawn (as many digits) everywhere in the drill, so that each number token is copied more often
+and in more contexts. Every 100 steps: the teacher-forced exactness of the drills of train seeds
+4,000…4,199 (after the training ones; the kinds of `agent_id_copying.py`'s
+`teacher_forced_drills_exact`). AdamW at `--lr`, batches of 24 drills of at most 768 tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import time
+from collections import defaultdict
+
+import torch
+
+NUMBER = r"(?<![\d-])\d{2,4}(?![\d-])"  # a 2-4 digit number, not part of a date
+
+
+def turn_text(message) -> str:
+    return (message.content or "") + "".join(c.function.arguments for c in message.tool_calls or [])
+
+
+def copied_numbers(drill) -> list[str]:
+    """Numbers the drill's final turn says or writes that an earlier message holds."""
+    earlier = "\n".join(turn_text(m) for m in drill.messages[:-1])
+    return sorted({n for n in re.findall(NUMBER, turn_text(drill.messages[-1]))
+                   if re.search(rf"(?<![\d-]){n}(?![\d-])", earlier)})
+
+
+def redrawn(drill, rng: random.Random):
+    """The drill with each copied number replaced, everywhere, by a random one of as many digits."""
+    swap = {n: str(rng.randrange(10 ** (len(n) - 1), 10 ** len(n))) for n in copied_numbers(drill)}
+
+    def sub(text):
+        return re.sub(NUMBER, lambda m: swap.get(m.group(0), m.group(0)), text) if text else text
+
+    messages = []
+    for m in drill.messages:
+        calls = [c.model_copy(update={"function": c.function.model_copy(update={"arguments": sub(c.function.arguments)})})
+                 for c in m.tool_calls or []]
+        messages.append(m.model_copy(update={"content": sub(m.content), "tool_calls": calls or m.tool_calls}))
+    return drill.model_copy(update={"messages": messages})
+
+
+def drills_by_kind(chat, demos, redraws: int, rng: random.Random) -> dict[str, list]:
+    from tracerl.models.build_agent import copy_drills, id_read_drills, said_value_drills, sft_example
+
+    groups: dict[str, list] = defaultdict(list)
+    for trajectory in demos:
+        drills = copy_drills(trajectory)
+        reads, said = id_read_drills(drills), said_value_drills(drills)
+        for d in drills:
+            kind = ("id read" if any(d is r for r in reads) else "said value" if any(d is v for v in said)
+                    else d.messages[-1].tool_calls[0].function.name)
+            copies = [redrawn(d, rng) for _ in range(redraws)] if kind != "id read" and copied_numbers(d) else []
+            for example in (sft_example(chat, x) for x in [d, *copies]):
+                if len(example[0]) <= 768:
+                    groups[kind].append(example)
+    return groups
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--redraws", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tracerl.envs.airline import TRAIN_SEEDS
+    from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, exact_final_turns, length_grouped_batches,
+                                            shared_prefix_loss)
+    from tracerl.models.chat import ChatFormat
+
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    chat, recipe, start = ChatFormat(tokenizer), AgentRecipe(), time.time()
+    train = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[:4000])), args.redraws, rng)
+    held_out = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[4000:4200])), 0, rng)
+    kept = ("id read", "cancel_reservation")
+    pool = [e for kind, examples in train.items() if kind not in kept for e in examples]
+    pool += [e for kind in kept for e in train.get(kind, []) if rng.random() < 0.2]
+    print(f"drills: {len(pool)} of {sum(map(len, train.values()))}; held out: "
+          + ", ".join(f"{k} {len(v)}" for k, v in sorted(held_out.items())), flush=True)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+
+    def report(step: int) -> None:
+        rates = {k: exact_final_turns(model, v, tokenizer.pad_token_id) for k, v in sorted(held_out.items())}
+        model.train()
+        print(f"step {step} ({time.time() - start:.0f} s): " + ", ".join(f"{k} {r:.2f}" for k, r in rates.items()), flush=True)
+
+    report(0)
+    order: list[list[int]] = []
+    for step in range(1, args.steps + 1):
+        if not order:
+            order = length_grouped_batches([len(ids) for ids, _ in pool], 24, rng)
+        loss, _ = shared_prefix_loss(model, [pool[i] for i in order.pop()], 0, tokenizer.pad_token_id)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 100 == 0:
+            report(step)
+
+
+if __name__ == "__main__":
+    main()
