@@ -219,8 +219,8 @@ def id_read_drills(drills: list[Trajectory]) -> list[Trajectory]:
 
 
 def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
-    """The drills that end with a text saying a value read in a tool result ("The refund is 582
-    dollars", a new flight's price): found by its key, not named by the user."""
+    """The drills that end with a text, not a call: it says values read in a tool result ("The
+    refund is 582 dollars", a new flight and its price), found by their key, not named by the user."""
     return [d for d in drills if not d.messages[-1].tool_calls]
 
 
