@@ -10,7 +10,8 @@ read by `"amount"` in the reservation), which need a value found by its key in a
 with a fifth of the id-read and cancellation drills kept beside them. With `--redraws K`, every
 such drill whose final turn copies a number read earlier comes K more times with that number
 re-drawn (as many digits) everywhere in the drill, so that each number token is copied more often
-and in more contexts. Every 100 steps: the teacher-forced exactness of the drills of train seeds
+and in more contexts. With `--pool N`, every copied number, in the training and the held-out drills,
+is instead re-drawn from N numbers per length (drawn once), so that each is copied often. Every 100 steps: the teacher-forced exactness of the drills of train seeds
 4,000…4,199 (after the training ones; the kinds of `agent_id_copying.py`'s
 `teacher_forced_drills_exact`). AdamW at `--lr`, batches of 24 drills of at most 768 tokens.
 """
@@ -39,9 +40,11 @@ def copied_numbers(drill) -> list[str]:
                    if re.search(rf"(?<![\d-]){n}(?![\d-])", earlier)})
 
 
-def redrawn(drill, rng: random.Random):
-    """The drill with each copied number replaced, everywhere, by a random one of as many digits."""
-    swap = {n: str(rng.randrange(10 ** (len(n) - 1), 10 ** len(n))) for n in copied_numbers(drill)}
+def redrawn(drill, rng: random.Random, pool: dict[int, list[str]] | None = None):
+    """The drill with each copied number replaced, everywhere, by a random one of as many digits
+    (from `pool[length]` when given)."""
+    swap = {n: rng.choice(pool[len(n)]) if pool else str(rng.randrange(10 ** (len(n) - 1), 10 ** len(n)))
+            for n in copied_numbers(drill)}
 
     def sub(text):
         return re.sub(NUMBER, lambda m: swap.get(m.group(0), m.group(0)), text) if text else text
@@ -54,7 +57,7 @@ def redrawn(drill, rng: random.Random):
     return drill.model_copy(update={"messages": messages})
 
 
-def drills_by_kind(chat, demos, redraws: int, rng: random.Random) -> dict[str, list]:
+def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int, list[str]] | None = None) -> dict[str, list]:
     from tracerl.models.build_agent import copy_drills, id_read_drills, said_value_drills, sft_example
 
     groups: dict[str, list] = defaultdict(list)
@@ -64,7 +67,9 @@ def drills_by_kind(chat, demos, redraws: int, rng: random.Random) -> dict[str, l
         for d in drills:
             kind = ("id read" if any(d is r for r in reads) else "said value" if any(d is v for v in said)
                     else d.messages[-1].tool_calls[0].function.name)
-            copies = [redrawn(d, rng) for _ in range(redraws)] if kind != "id read" and copied_numbers(d) else []
+            if pool and copied_numbers(d):
+                d = redrawn(d, rng, pool)
+            copies = [redrawn(d, rng, pool) for _ in range(redraws)] if kind != "id read" and copied_numbers(d) else []
             for example in (sft_example(chat, x) for x in [d, *copies]):
                 if len(example[0]) <= 768:
                     groups[kind].append(example)
@@ -76,6 +81,7 @@ def main() -> None:
     ap.add_argument("--model", required=True)
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--redraws", type=int, default=0)
+    ap.add_argument("--pool", type=int, default=0, help="copied numbers re-drawn from this many per length (0: kept)")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -93,8 +99,10 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model)
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     chat, recipe, start = ChatFormat(tokenizer), AgentRecipe(), time.time()
-    train = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[:4000])), args.redraws, rng)
-    held_out = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[4000:4200])), 0, rng)
+    pool = {n: [str(v) for v in rng.sample(range(10 ** (n - 1), 10 ** n), min(args.pool, 9 * 10 ** (n - 1)))]
+            for n in (2, 3, 4)} if args.pool else None
+    train = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[:4000])), args.redraws, rng, pool)
+    held_out = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[4000:4200])), 0, rng, pool)
     kept = ("id read", "cancel_reservation")
     pool = [e for kind, examples in train.items() if kind not in kept for e in examples]
     pool += [e for kind in kept for e in train.get(kind, []) if rng.random() < 0.2]
