@@ -254,17 +254,14 @@ def free_generation_reservations(trajectories) -> dict:
 
 def drills_exact_by_turn(model, tokenizer, demos) -> dict[str, dict[str, float]]:
     """Teacher-forced exactness of the demonstrations' copy drills, by what their final turn does."""
-    from tracerl.models.build_agent import copy_drills, exact_final_turns, id_read_drills, said_value_drills, sft_example
+    from tracerl.models.build_agent import copy_drills, drill_kinds, exact_final_turns, sft_example
     from tracerl.models.chat import ChatFormat
 
     chat = ChatFormat(tokenizer)
     groups: dict[str, list] = defaultdict(list)
     for trajectory in demos:
         drills = copy_drills(trajectory)
-        reads, said = id_read_drills(drills), said_value_drills(drills)
-        for d in drills:
-            kind = ("id read" if any(d is r for r in reads) else "said value" if any(d is v for v in said)
-                    else d.messages[-1].tool_calls[0].function.name)
+        for kind, d in zip(drill_kinds(drills), drills, strict=True):
             groups[kind].append(sft_example(chat, d))
     return {kind: {"drills": len(examples), "exact": round(exact_final_turns(model, examples, tokenizer.pad_token_id), 3)}
             for kind, examples in sorted(groups.items())}

@@ -58,20 +58,19 @@ def redrawn(drill, rng: random.Random, pool: dict[int, list[str]] | None = None)
 
 
 def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int, list[str]] | None = None) -> dict[str, list]:
-    from tracerl.models.build_agent import copy_drills, id_read_drills, said_value_drills, sft_example
+    from tracerl.models.build_agent import AgentRecipe, copy_drills, drill_kinds, sft_example
 
+    longest = AgentRecipe().drill_max_tokens
     groups: dict[str, list] = defaultdict(list)
     for trajectory in demos:
         drills = copy_drills(trajectory)
-        reads, said = id_read_drills(drills), said_value_drills(drills)
-        for d in drills:
-            kind = ("id read" if any(d is r for r in reads) else "said value" if any(d is v for v in said)
-                    else d.messages[-1].tool_calls[0].function.name)
-            if pool and copied_numbers(d):
+        for kind, d in zip(drill_kinds(drills), drills, strict=True):
+            numbered = kind != "id read" and bool(copied_numbers(d))
+            if pool and numbered:
                 d = redrawn(d, rng, pool)
-            copies = [redrawn(d, rng, pool) for _ in range(redraws)] if kind != "id read" and copied_numbers(d) else []
+            copies = [redrawn(d, rng, pool) for _ in range(redraws)] if numbered else []
             for example in (sft_example(chat, x) for x in [d, *copies]):
-                if len(example[0]) <= 768:
+                if len(example[0]) <= longest:
                     groups[kind].append(example)
     return groups
 

@@ -7,7 +7,7 @@ import torch
 
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, exact_final_turns, is_drill_step, length_grouped_batches,
+                                        drill_conversations, drill_kinds, exact_final_turns, is_drill_step, length_grouped_batches,
                                         id_read_drills, said_value_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
@@ -199,6 +199,8 @@ def test_said_value_drills_end_with_a_text_saying_a_value_read_in_a_tool_result(
     said = said_value_drills(copy_drills(demo))
     assert said and all(not d.messages[-1].tool_calls and d.messages[-1].content for d in said)
     assert any("The refund is" in d.messages[-1].content for d in said)
+    kinds = drill_kinds(copy_drills(demo))
+    assert kinds.count("said value") == len(said) and "id read" in kinds and "cancel_reservation" in kinds
 
 
 @pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [

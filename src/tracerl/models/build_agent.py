@@ -224,6 +224,13 @@ def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
     return [d for d in drills if not d.messages[-1].tool_calls]
 
 
+def drill_kinds(drills: list[Trajectory]) -> list[str]:
+    """What each drill's final turn does: "id read", "said value", or the name of the tool it calls."""
+    reads = {id(d) for d in id_read_drills(drills)}
+    return ["id read" if id(d) in reads else d.messages[-1].tool_calls[0].function.name if d.messages[-1].tool_calls
+            else "said value" for d in drills]
+
+
 @torch.no_grad()
 def exact_final_turns(model: torch.nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 16) -> float:
     """Share of `examples` whose last assistant turn (the final run of mask-1 tokens) the model
