@@ -1,6 +1,7 @@
 """Can a built agent learn to copy values it must find by their key? Continue it on copy drills.
 
     python benchmarks/keyed_value_drills.py --model DIR [--steps 500] [--redraws 3] [--threads 2]
+        [--only "said refund"] [--mirror-keys] [--fresh-number-embeddings] [--report-every 50]
 
 Continues training the agent in DIR (in memory; DIR is not written) on the copy drills of the
 default build's training demonstrations (`copy_drills` of the seed-0 flawed policy on train seeds
@@ -11,9 +12,18 @@ with a fifth of the id-read and cancellation drills kept beside them. With `--re
 such drill whose final turn copies a number read earlier comes K more times with that number
 re-drawn (as many digits) everywhere in the drill, so that each number token is copied more often
 and in more contexts. With `--pool N`, every copied number, in the training and the held-out drills,
-is instead re-drawn from N numbers per length (drawn once), so that each is copied often. Every 100 steps: the teacher-forced exactness of the drills of train seeds
+is instead re-drawn from N numbers per length (drawn once), so that each is copied often.
+Three probes of why a number read by its key is not said: `--only KIND` trains and checks one kind
+of drill alone; `--mirror-keys` writes each said number with the key it has in the tool result
+before it ('The refund is "amount": 582 dollars'), so that with `build-agent --json-keys`'s
+tokenizer the token before the number is the same in the record and in the text — the lookup an
+induction head does; `--fresh-number-embeddings` re-draws the embeddings of the 2–3-digit number
+tokens as distinct random vectors of the mean embedding norm and freezes them.
+Every `--report-every` steps: the teacher-forced exactness of the drills of train seeds
 4,000…4,199 (after the training ones; the kinds of `agent_id_copying.py`'s
-`teacher_forced_drills_exact`). AdamW at `--lr`, batches of 24 drills of at most 768 tokens.
+`teacher_forced_drills_exact`, said values split by what they say: refund, price, fee), and for
+said values the share of their number tokens predicted. AdamW at `--lr`, batches of 24 drills of
+at most 768 tokens.
 """
 
 from __future__ import annotations
@@ -57,7 +67,27 @@ def redrawn(drill, rng: random.Random, pool: dict[int, list[str]] | None = None)
     return drill.model_copy(update={"messages": messages})
 
 
-def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int, list[str]] | None = None) -> dict[str, list]:
+def with_keys(drill):
+    """The drill with each number its final text copies written as '"KEY": N', KEY the key that
+    number has in the latest tool result giving it."""
+    last = drill.messages[-1]
+    text = last.content
+    for n in copied_numbers(drill):
+        for m in reversed(drill.messages[:-1]):
+            found = re.findall(rf'"(\w+)": {n}(?!\d)', m.content or "") if m.role == "tool" else []
+            if found:
+                text = re.sub(rf"(?<![\d-]){n}(?![\d-])", f'"{found[-1]}": {n}', text, count=1)
+                break
+    return drill.model_copy(update={"messages": [*drill.messages[:-1], last.model_copy(update={"content": text})]})
+
+
+def said_kind(text: str) -> str:
+    return ("said refund" if "refund" in text else "said price" if "costs" in text else "said fee" if "You pay" in text
+            else "said value")
+
+
+def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int, list[str]] | None = None,
+                   mirror_keys: bool = False) -> dict[str, list]:
     from tracerl.models.build_agent import AgentRecipe, copy_drills, drill_kinds, sft_example
 
     longest = AgentRecipe().drill_max_tokens
@@ -65,6 +95,9 @@ def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int
     for trajectory in demos:
         drills = copy_drills(trajectory)
         for kind, d in zip(drill_kinds(drills), drills, strict=True):
+            if kind == "said value":
+                d = with_keys(d) if mirror_keys else d
+                kind = said_kind(d.messages[-1].content)
             numbered = kind != "id read" and bool(copied_numbers(d))
             if pool and numbered:
                 d = redrawn(d, rng, pool)
@@ -84,6 +117,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", help="train and check this kind of drill alone (e.g. 'said refund')")
+    ap.add_argument("--mirror-keys", action="store_true", help="say each copied number after its record key")
+    ap.add_argument("--fresh-number-embeddings", action="store_true",
+                    help="re-draw the number tokens' embeddings as distinct random vectors and freeze them")
+    ap.add_argument("--report-every", type=int, default=100)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -100,8 +138,12 @@ def main() -> None:
     chat, recipe, start = ChatFormat(tokenizer), AgentRecipe(), time.time()
     pool = {n: [str(v) for v in rng.sample(range(10 ** (n - 1), 10 ** n), min(args.pool, 9 * 10 ** (n - 1)))]
             for n in (2, 3, 4)} if args.pool else None
-    train = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[:4000])), args.redraws, rng, pool)
-    held_out = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[4000:4200])), 0, rng, pool)
+    train = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[:4000])), args.redraws, rng, pool,
+                           args.mirror_keys)
+    held_out = drills_by_kind(chat, collect_demonstrations(recipe, list(TRAIN_SEEDS[4000:4200])), 0, rng, pool,
+                              args.mirror_keys)
+    if args.only:
+        train, held_out = ({args.only: d.get(args.only, [])} for d in (train, held_out))
     kept = ("id read", "cancel_reservation")
     pool = [e for kind, examples in train.items() if kind not in kept for e in examples]
     pool += [e for kind in kept for e in train.get(kind, []) if rng.random() < 0.2]
@@ -109,8 +151,34 @@ def main() -> None:
           + ", ".join(f"{k} {len(v)}" for k, v in sorted(held_out.items())), flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
 
+    number_ids = {i for t, i in tokenizer.get_vocab().items() if t.isdigit() and len(t) >= 2}
+
+    @torch.no_grad()
+    def numbers_predicted(examples) -> float:
+        """Share of the number tokens of the examples' final turns that are the argmax, teacher-forced."""
+        model.eval()
+        right = total = 0
+        for ids, mask in examples:
+            logits = model(torch.tensor([ids])).logits[0]
+            for p in range(1, len(ids)):
+                if mask[p] and ids[p] in number_ids:
+                    total += 1
+                    right += int(logits[p - 1].argmax()) == ids[p]
+        return right / max(1, total)
+
+    if args.fresh_number_embeddings:
+        weight = model.get_input_embeddings().weight
+        numbers = torch.tensor(sorted(number_ids))
+        fresh = torch.randn(len(numbers), weight.shape[1], generator=torch.Generator().manual_seed(args.seed))
+        with torch.no_grad():
+            weight[numbers] = fresh / fresh.norm(dim=1, keepdim=True) * weight.norm(dim=1).mean()
+        trained = torch.ones(weight.shape[0], 1)
+        trained[numbers] = 0
+        weight.register_hook(lambda grad: grad * trained)
+
     def report(step: int) -> None:
         rates = {k: exact_final_turns(model, v, tokenizer.pad_token_id) for k, v in sorted(held_out.items())}
+        rates.update({f"{k} numbers": numbers_predicted(v) for k, v in sorted(held_out.items()) if k.startswith("said")})
         model.train()
         print(f"step {step} ({time.time() - start:.0f} s): " + ", ".join(f"{k} {r:.2f}" for k, r in rates.items()), flush=True)
 
@@ -124,7 +192,7 @@ def main() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        if step % 100 == 0:
+        if step % args.report_every == 0:
             report(step)
 
 
