@@ -98,6 +98,8 @@ def test_generated_tasks_are_consistent():
             if not sub.allowed:
                 families["forbidden"] += 1
                 assert sub.anyway_writes and sub.say.startswith("Sorry, I cannot")
+            elif sub.kind == "cancel":
+                assert sub.mispick_writes is None  # nothing to mis-pick
             else:
                 assert sub.mispick_writes != sub.writes or sub.mispick_say != sub.say
         for index, name in task.reasoning_args:
@@ -114,7 +116,9 @@ def test_generated_tasks_are_consistent():
             assert not RESERVATION_ID.search(said) and task.user_id not in said, (seed, said)
             assert not any(p.payment_id in said for p in task.db.users[task.user_id].payment_methods), (seed, said)
             assert sub.payment is None or sub.payment in sub.request  # the request names its payment id
-        assert all(len(r.payment_history) == 1 for r in task.db.reservations.values())  # the refund is the amount read
+            if sub.kind in ("cancel", "change"):  # no refund or flight price read off a record to restate
+                assert not sub.communicate and "dollars" not in said, (seed, said)
+        assert all(len(r.payment_history) == 1 for r in task.db.reservations.values())  # one payment, refunded whole
         assert set(task.info()) == {"task_id", "task_kind", "gold_actions", "communicate_info", "reasoning_args", "subtasks"}
     assert kinds == {"cancel", "change", "bags", "certificate", "multi"}
     assert all(count >= 30 for count in families.values()), families
@@ -171,9 +175,9 @@ def _task_with(predicate):
 
 
 def test_reward_is_db_match_times_communicated_info():
-    task = _task_with(lambda t: t.task_kind == "cancel" and t.subtasks[0].allowed)
+    task = _task_with(lambda t: t.task_kind == "certificate" and t.subtasks[0].allowed)
     env = AirlineEnv()
-    said = Message.assistant(f"The refund is {task.communicate_info[0]} dollars. Is there anything else?")
+    said = Message.assistant(f"You get a certificate of {task.communicate_info[0]} dollars. Is there anything else?")
     mute = Message.assistant("Done. Is there anything else?")
     _, reward, terminated, _, info = _play(env, task.seed, [*_calls(task.gold_actions), said])
     assert terminated and reward == 1.0 and info["reward_breakdown"] == {"DB": 1.0, "COMMUNICATE": 1.0}
@@ -186,7 +190,7 @@ def test_reward_is_db_match_times_communicated_info():
                     Action(name="get_user_details", arguments={"user_id": task.user_id}), *task.gold_actions])
     assert _play(env, task.seed, [*noisy, said])[1] == 1.0
     # an extra write the task did not ask for fails the DB check
-    twice = _calls([*task.gold_actions, Action(name="send_certificate", arguments={"user_id": task.user_id, "amount": 100})])
+    twice = _calls([*task.gold_actions, Action(name="cancel_reservation", arguments={"reservation_id": task.subtasks[0].reservation_id})])
     assert _play(env, task.seed, [*twice, said])[1] == 0.0
 
 

@@ -50,7 +50,7 @@ def _applicable(task, fault, drawn) -> bool:
         return len(subs) > 1 and any(s.writes or s.communicate for s in subs[1:])
     if fault == "mispick":  # a different write, or an amount nothing else in the script states
         others = lambda i: [s.say for j, s in enumerate(handled) if j != i]  # noqa: E731
-        return any(s.allowed and (s.mispick_writes != s.writes or not any(
+        return any(s.allowed and s.mispick_writes is not None and (s.mispick_writes != s.writes or not any(
             re.search(rf"(?<![\w]){c}(?![\w])", text) for c in s.communicate for text in others(i)))
             for i, s in enumerate(handled))
     return any(s.allowed for s in handled)

@@ -116,14 +116,17 @@ def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(d
             assert any(value in earlier for _, value in copied_values(d.messages[-1]))
 
 
-def test_a_refund_is_drilled_from_the_request_whose_reservation_it_was_read_in():
+CHANGE = "I will change this reservation to flight"
+
+
+def test_a_new_flight_is_drilled_from_the_request_whose_search_found_it():
     demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
-                if any(m.role == "assistant" and "The refund is" in (m.content or "") for m in t.messages))
-    confirmation = next(m for m in demo.messages if m.role == "assistant" and "The refund is" in (m.content or ""))
-    refund = next(v for _, v in copied_values(confirmation))
+                if any(m.role == "assistant" and CHANGE in (m.content or "") for m in t.messages))
+    confirmation = next(m for m in demo.messages if m.role == "assistant" and CHANGE in (m.content or ""))
+    flight = next(v for _, v in copied_values(confirmation) if v.startswith("HAT"))
     [drill] = [d for d in copy_drills(demo) if d.messages[-1] == confirmation]
-    assert any(m.role == "tool" and f'"amount": {refund}' in m.content for m in drill.messages)
-    assert drill.messages[0].role == "user" and [m.role for m in drill.messages[1:]].count("user") == 0
+    assert any(m.role == "tool" and f'"flight_number": "{flight}"' in m.content for m in drill.messages)
+    assert drill.messages[0].role == "user" and any("change flight" in (m.content or "") for m in drill.messages if m.role == "user")
 
 
 def test_copied_values_of_calls_and_texts():
@@ -195,12 +198,12 @@ def test_id_read_drills_end_with_a_read_of_ids(demos):
 
 def test_said_value_drills_end_with_a_text_saying_a_value_read_in_a_tool_result():
     demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
-                if any(m.role == "assistant" and "The refund is" in (m.content or "") for m in t.messages))
+                if any(m.role == "assistant" and CHANGE in (m.content or "") for m in t.messages))
     said = said_value_drills(copy_drills(demo))
     assert said and all(not d.messages[-1].tool_calls and d.messages[-1].content for d in said)
-    assert any("The refund is" in d.messages[-1].content for d in said)
+    assert any(CHANGE in d.messages[-1].content for d in said)
     kinds = drill_kinds(copy_drills(demo))
-    assert kinds.count("said value") == len(said) and "id read" in kinds and "cancel_reservation" in kinds
+    assert kinds.count("said value") == len(said) and "id read" in kinds and "update_reservation_flights" in kinds
 
 
 @pytest.mark.parametrize(("checks", "extra_max", "steps", "checked_at"), [

@@ -140,8 +140,11 @@ class ScriptedAirlinePolicy:
 
 def mispick_changes_outcome(subs: list[SubTask], index: int) -> bool:
     """Whether mis-picking in request `index` fails the episode: a different write, or a required
-    amount that no other message of the oracle's script happens to mention."""
+    amount that no other message of the oracle's script happens to mention (False where the
+    request has nothing to mis-pick)."""
     sub = subs[index]
+    if sub.mispick_writes is None:
+        return False
     if sub.mispick_writes != sub.writes:
         return True
     others = [GREETING, CLOSING, NEXT_REQUEST, *(s.say for j, s in enumerate(subs) if j != index)]

@@ -144,7 +144,7 @@ def copy_drills(trajectory: Trajectory) -> list[Trajectory]:
     """Short copies of a demonstration, each ending with an assistant turn that copies a value.
 
     A turn copies a value when it writes one (`copied_values`: an id, airport, date, amount or
-    flight number, in a call or in a text such as "The refund is 280 dollars") that an earlier user
+    flight number, in a call or in a text such as "… to flight HAT964 on 2024-05-20 …") that an earlier user
     or tool message holds as a whole word.
     The drill runs from the latest user message at or before every copied value's source (see
     `_source`) up to that turn, without the system prompt and tool list: a few hundred tokens, so
@@ -219,8 +219,8 @@ def id_read_drills(drills: list[Trajectory]) -> list[Trajectory]:
 
 
 def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
-    """The drills that end with a text, not a call: it says values read in a tool result ("The
-    refund is 582 dollars", a new flight and its price), found by their key, not named by the user."""
+    """The drills that end with a text, not a call: it says values read in a tool result (a new
+    flight's number and date), found by their key, not named by the user."""
     return [d for d in drills if not d.messages[-1].tool_calls]
 
 

@@ -87,5 +87,3 @@ def compensation_rule(db: AirlineDB, user: User, reservation: Reservation) -> tu
     return False, "the user is regular, has no insurance and does not fly business"
 
 
-def refund(reservation: Reservation) -> int:
-    return sum(p.amount for p in reservation.payment_history)

@@ -17,6 +17,14 @@ the user's latest message. Tool precision runs through
 all of them (exact ids, argument names and types). Each sub-task also carries what the reference
 policies need: the reads to make, the confirmation or refusal text, and the faulty variants
 planted by the `flawed` policy (a mis-picked value; the write it would make if it ignored the rule).
+
+A confirmation restates what the agent decided or computed (a new flight, a bag count and its fee,
+a certificate's amount), never an amount it would only copy out of a record: a cancellation's
+refund and a new flight's price are not required to be said. The embedded agent copies ids and
+computes these values, but no build has learnt to say a number found by its key in a tool result
+(0 of 46 held-out refunds, even on drills that write the record's key before it:
+benchmarks/README.md, "Amounts read by key"), and no capability template teaches that copy, so
+it would cap every variant alike instead of showing where TRACE helps.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from tracerl.envs.airline.data_model import (
     AirlineDB, Flight, Passenger, Payment, PaymentMethod, Reservation, ReservedFlight, User,
 )
 from tracerl.envs.airline.policy import (
-    BAG_FEE, CERTIFICATE_PER_PASSENGER, NOW, cancel_rule, change_rule, compensation_rule, free_bags, refund,
+    BAG_FEE, CERTIFICATE_PER_PASSENGER, NOW, cancel_rule, change_rule, compensation_rule, free_bags,
 )
 
 TRAIN_SEEDS = range(0, 100_000)
@@ -107,7 +115,7 @@ class SubTask(BaseModel):
     communicate: list[str]
     reasoning_args: list[str]  # arguments of writes[0] whose value is chosen or computed from records
     say: str  # the oracle's confirmation (allowed) or refusal (forbidden)
-    mispick_writes: list[Action] | None = None  # structured-reasoning fault: a wrong pick / amount
+    mispick_writes: list[Action] | None = None  # structured-reasoning fault: a wrong pick / amount (a cancellation has none)
     mispick_say: str | None = None
     anyway_reads: list[Action] = Field(default_factory=list)  # precondition fault: reads made when ignoring the rule
     anyway_writes: list[Action] = Field(default_factory=list)  # … and the forbidden writes
@@ -324,7 +332,6 @@ class _Builder:
         rid = reservation.reservation_id
         read = Action(name="get_reservation_details", arguments={"reservation_id": rid})
         write = Action(name="cancel_reservation", arguments={"reservation_id": rid})
-        amount = refund(reservation)
         request = f"cancel reservation {rid} because of {REASONS[reason]}"
         if not allowed:
             return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
@@ -332,12 +339,8 @@ class _Builder:
                            say=f"Sorry, I cannot cancel this reservation: {rule}.",
                            anyway_reads=[], anyway_writes=[write],
                            anyway_say="I will cancel this reservation. Do you confirm?")
-        n = len(reservation.passengers)
-        wrong = _wrong_number(amount, [amount // n if n > 1 else 0, amount - 30 * n])
-        say = "I will cancel this reservation. The refund is {amount} dollars. Do you confirm?"
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
-                       writes=[write], communicate=[str(amount)], reasoning_args=[],
-                       say=say.format(amount=amount), mispick_writes=[write], mispick_say=say.format(amount=wrong))
+                       writes=[write], communicate=[], reasoning_args=[], say="I will cancel this reservation. Do you confirm?")
 
     def change(self, user: User, allowed: bool) -> SubTask:
         rng = self.rng
@@ -370,8 +373,7 @@ class _Builder:
 
         def say_for(flight: Flight) -> str:
             keep = "".join(f" and keep flight {k['flight_number']} on {k['date']}" for k in kept)
-            return (f"I will change this reservation to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. "
-                    f"The new flight costs {flight.prices[cabin]} dollars per passenger. Do you confirm?")
+            return f"I will change this reservation to flight {flight.flight_number} on {flight.date} in {cabin}{keep}. Do you confirm?"
 
         need = {"any": "", "after": " departing after 12:00", "before": " departing before 12:00"}[constraint]
         request = (f"change flight {old.flight_number} of reservation {rid} to the cheapest direct flight on {new_day}"
@@ -386,7 +388,7 @@ class _Builder:
                            say=f"Sorry, I cannot change this reservation: {rule}.",
                            anyway_reads=[read, search], anyway_writes=[write_for(best)], anyway_say=best_say)
         return SubTask(kind="change", reservation_id=rid, allowed=True, rule=rule, request=request, payment=payment_id, reads=[read, search],
-                       writes=[write_for(best)], communicate=[str(best.prices[cabin])], reasoning_args=["flights"], say=best_say,
+                       writes=[write_for(best)], communicate=[], reasoning_args=["flights"], say=best_say,
                        mispick_writes=[write_for(wrong)], mispick_say=say_for(wrong))
 
     def _candidates(self, origin: str, destination: str, date: str, cabin: str, constraint: str, old_price: int) -> list[Flight]:
