@@ -298,11 +298,14 @@ def tau2_run(tau2_python: str, tau2_data: str, agent_url: str, agent: str, user_
     """τ²-bench's own CLI on mock's first tasks, the agent and the user simulator on the given endpoints."""
     from tracerl.envs.tau2 import read_tau2_results
 
-    def args(url: str) -> str:
-        return json.dumps({"api_base": url, "api_key": "x", "temperature": 0.0, "max_tokens": 32})
+    def args(url: str, **more) -> str:
+        return json.dumps({"api_base": url, "api_key": "x", "temperature": 0.0, "max_tokens": 32, **more})
 
+    # the tiny agent stands in for the user simulator: it answers in text (a user's tool call would be its
+    # airline habit, and a user calling tools to the step limit leaves the agent nothing to answer)
+    user_args = args(user_url, tool_choice="none")
     command = [str(Path(tau2_python).parent / "tau2"), "run", "--domain", "mock", "--agent-llm", f"openai/{agent}",
-               "--agent-llm-args", args(agent_url), "--user-llm", "openai/tiny-agent", "--user-llm-args", args(user_url),
+               "--agent-llm-args", args(agent_url), "--user-llm", "openai/tiny-agent", "--user-llm-args", user_args,
                "--num-tasks", str(tasks), "--max-steps", "6", "--max-concurrency", "1", "--save-to", save_to]
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "TAU2_DATA_DIR": tau2_data, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
