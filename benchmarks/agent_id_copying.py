@@ -14,8 +14,8 @@
    model that finds the id by its content is unaffected; one that copies from a fixed distance
    back is not. And, per kind of final turn, the share of held-out copy drills (`copy_drills` of
    the same demonstrations: from the request to a turn that copies a value) whose final turn the
-   model predicts exactly: id reads, each other tool's calls, and said values (the refund read
-   by its key in the reservation, a new flight's price).
+   model predicts exactly: id reads, each other tool's calls, and said values (a new flight's
+   number and date read in the search results).
 2. Free generation (with --rollouts of the built-in airline domain, e.g. from
    `tracerl collect --policy model:DIR --split test`), per tool (`named_ids`): the share of the
    agent's calls whose every id is the one the conversation named for that request — the user's
