@@ -85,5 +85,3 @@ def compensation_rule(db: AirlineDB, user: User, reservation: Reservation) -> tu
     if reservation.cabin == "business":
         return True, "the cabin is business"
     return False, "the user is regular, has no insurance and does not fly business"
-
-
