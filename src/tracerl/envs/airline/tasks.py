@@ -22,7 +22,7 @@ A confirmation restates what the agent decided or computed (a new flight, a bag 
 a certificate's amount), never an amount it would only copy out of a record: a cancellation's
 refund and a new flight's price are not required to be said. The embedded agent copies ids and
 computes these values, but no build has learnt to say a number found by its key in a tool result
-(0 of 46 held-out refunds, even on drills that write the record's key before it:
+(at most 1 of 46 held-out refunds, even on drills that write the record's key before it:
 benchmarks/README.md, "Amounts read by key"), and no capability template teaches that copy, so
 it would cap every variant alike instead of showing where TRACE helps.
 """
