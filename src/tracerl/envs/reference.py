@@ -2,7 +2,7 @@
 
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
 then for each request read the reservation (and search flights for a change), check the rule,
-state the action and amount and ask to confirm, make the write, and ask for the next request;
+state the action (and the amount it computed, if any) and ask to confirm, make the write, and ask for the next request;
 refuse forbidden requests (asking for the next one in the same message). The user gives its
 requests one at a time and ends when asked for one after the last. Their episodes have a model's
 shape: one tool call (with an id) or one text per assistant turn.
@@ -14,9 +14,8 @@ shape: one tool call (with an id) or one text per assistant turn.
   reservation; a change of a basic_economy booking; a certificate nobody is owed);
 - `p2` stop_early: close after the first of several requests instead of asking for the next;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
-  meets the constraint, bags ignoring the free allowance, a wrong certificate or refund amount) —
-  one whose mistake changes the outcome (a wrong refund amount that another message happens to
-  state correctly would go unnoticed);
+  meets the constraint, bags ignoring the free allowance, a wrong certificate amount) — each a
+  different write, so the mistake changes the outcome;
 - `p4` corrupt_argument: corrupt one argument of one gold write (a typo in an id, a wrong type).
 
 A fault may be *scoped* to one sub-task kind (`flawed:1@cancel,1,1@change,1@bags`): it then acts only
@@ -43,7 +42,6 @@ from typing import Any
 
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
-from tracerl.envs.airline.env import mentions
 from tracerl.envs.airline.tasks import AirlineTask, SubTask, SubTaskKind
 
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
@@ -104,7 +102,7 @@ class ScriptedAirlinePolicy:
             planted.append("stop_early")
         allowed = [i for i, s in enumerate(handled) if s.allowed]
         mispick = None
-        pickable = [i for i in allowed if mispick_changes_outcome(handled, i) and self.in_scope("mispick", handled[i])]
+        pickable = [i for i in allowed if mispick_changes_outcome(handled[i]) and self.in_scope("mispick", handled[i])]
         if "mispick" in drawn and pickable:
             mispick = rng.choice(pickable)
             planted.append("mispick")
@@ -138,17 +136,10 @@ class ScriptedAirlinePolicy:
         return script.messages, drawn, planted
 
 
-def mispick_changes_outcome(subs: list[SubTask], index: int) -> bool:
-    """Whether mis-picking in request `index` fails the episode: a different write, or a required
-    amount that no other message of the oracle's script happens to mention (False where the
-    request has nothing to mis-pick)."""
-    sub = subs[index]
-    if sub.mispick_writes is None:
-        return False
-    if sub.mispick_writes != sub.writes:
-        return True
-    others = [GREETING, CLOSING, NEXT_REQUEST, *(s.say for j, s in enumerate(subs) if j != index)]
-    return any(not any(mentions(text, c) for text in others) for c in sub.communicate)
+def mispick_changes_outcome(sub: SubTask) -> bool:
+    """Whether mis-picking in `sub` fails the episode: it has a mis-picked write and that differs from
+    the right one (a flight change, bag update or certificate; a cancellation has nothing to mis-pick)."""
+    return sub.mispick_writes is not None and sub.mispick_writes != sub.writes
 
 
 def _variant(sub: SubTask, mispick: bool) -> tuple[list[Action], list[Action], str]:
