@@ -109,9 +109,9 @@ def teacher_forced_write(model, tokenizer, demos) -> dict[str, dict[str, object]
 
 def _last_turn_span(tokenizer, ids: list[int], mask: list[int], value: str) -> tuple[int, int] | None:
     """[first, last) token positions of the last occurrence of `value` in the final assistant turn."""
-    start = len(mask)
-    while start > 0 and mask[start - 1]:
-        start -= 1
+    from tracerl.models.build_agent import final_turn_start
+
+    start = final_turn_start(mask)
     ends, text = [], ""
     for position in range(start, len(ids)):
         text = tokenizer.decode(ids[start:position + 1])

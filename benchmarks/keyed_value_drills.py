@@ -131,8 +131,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tracerl.envs.airline import TRAIN_SEEDS
-    from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, exact_final_turns, length_grouped_batches,
-                                            shared_prefix_loss)
+    from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, exact_final_turns, final_turn_start,
+                                            length_grouped_batches, shared_prefix_loss)
     from tracerl.models.chat import ChatFormat
 
     model = AutoModelForCausalLM.from_pretrained(args.model)
@@ -162,8 +162,8 @@ def main() -> None:
         right = total = 0
         for ids, mask in examples:
             logits = model(torch.tensor([ids])).logits[0]
-            for p in range(1, len(ids)):
-                if mask[p] and ids[p] in number_ids:
+            for p in range(max(1, final_turn_start(mask)), len(ids)):
+                if ids[p] in number_ids:
                     total += 1
                     right += int(logits[p - 1].argmax()) == ids[p]
         return right / max(1, total)

@@ -7,8 +7,9 @@ import torch
 
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, drill_kinds, exact_final_turns, is_drill_step, length_grouped_batches,
-                                        id_read_drills, said_value_drills, sft_example, shared_prefix_loss, train_sft)
+                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
+                                        length_grouped_batches, id_read_drills, said_value_drills, sft_example,
+                                        shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
@@ -184,6 +185,7 @@ def test_exact_final_turns_judges_only_the_last_assistant_turn():
     examples = [([1, 2, 3, 4, 5], [0, 0, 1, 1, 1]),  # 3, 4, 5 follow 2, 3, 4: exact
                 ([1, 2, 3, 9], [0, 1, 0, 1]),  # 9 after 3: wrong
                 ([1, 7, 3, 4], [0, 1, 0, 1])]  # the earlier turn (7) is wrong, the last (4) right
+    assert [final_turn_start(mask) for _, mask in examples] == [2, 3, 3]
     assert exact_final_turns(_NextId(), examples, pad_id=0, batch_size=2) == pytest.approx(2 / 3)
 
 

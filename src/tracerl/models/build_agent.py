@@ -231,6 +231,14 @@ def drill_kinds(drills: list[Trajectory]) -> list[str]:
             else "said value" for d in drills]
 
 
+def final_turn_start(mask: list[int]) -> int:
+    """Where an example's last assistant turn (its final run of mask-1 tokens) starts."""
+    start = len(mask)
+    while start > 0 and mask[start - 1]:
+        start -= 1
+    return start
+
+
 @torch.no_grad()
 def exact_final_turns(model: torch.nn.Module, examples: list[tuple[list[int], list[int]]], pad_id: int, batch_size: int = 16) -> float:
     """Share of `examples` whose last assistant turn (the final run of mask-1 tokens) the model
@@ -244,9 +252,7 @@ def exact_final_turns(model: torch.nn.Module, examples: list[tuple[list[int], li
         input_ids, _, attention = (x.to(device) for x in _collate(batch, pad_id))
         predicted = model(input_ids=input_ids, attention_mask=attention).logits.argmax(-1)
         for row, (ids, mask) in enumerate(batch):
-            start = len(mask)
-            while start > 0 and mask[start - 1]:
-                start -= 1
+            start = final_turn_start(mask)
             exact += predicted[row, start - 1:len(ids) - 1].tolist() == ids[start:]
     model.train(was_training)
     return exact / max(1, len(examples))
