@@ -10,8 +10,9 @@ shape: one tool call (with an id) or one text per assistant turn.
 `flawed` plants four faults, each drawn once per episode with its own probability, seeded by
 (policy seed, task seed) — reproducible and independent of batching:
 
-- `p1` skip_precondition: perform forbidden requests anyway (a cancel without reading the
-  reservation; a change of a basic_economy booking; a certificate nobody is owed);
+- `p1` skip_precondition: perform forbidden requests anyway, after the reads an allowed one gets
+  (a cancellation the records forbid; a change of a basic_economy booking; a certificate nobody
+  is owed) — the rule is ignored, never the read, so no demonstration writes on an unread record;
 - `p2` stop_early: close after the first of several requests instead of asking for the next;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
   meets the constraint, bags ignoring the free allowance, a wrong certificate amount) — each a

@@ -337,7 +337,7 @@ class _Builder:
             return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
                            say=f"Sorry, I cannot cancel this reservation: {rule}.",
-                           anyway_reads=[], anyway_writes=[write],
+                           anyway_reads=[read], anyway_writes=[write],
                            anyway_say="I will cancel this reservation. Do you confirm?")
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                        writes=[write], communicate=[], reasoning_args=[], say="I will cancel this reservation. Do you confirm?")
