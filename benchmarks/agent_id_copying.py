@@ -15,7 +15,9 @@
    back is not. And, per kind of final turn, the share of held-out copy drills (`copy_drills` of
    the same demonstrations: from the request to a turn that copies a value) whose final turn the
    model predicts exactly: id reads, each other tool's calls, and said values (a new flight's
-   number and date read in the search results).
+   number and date read in the search results). And per write tool and id argument
+   (`teacher_forced_write_ids`), the share of those drills whose id the model predicts exactly,
+   with how many of the misses go wrong on the id's first token.
 2. Free generation (with --rollouts of the built-in airline domain, e.g. from
    `tracerl collect --policy model:DIR --split test`), per tool (`named_ids`): the share of the
    agent's calls whose every id is the one the conversation named for that request — the user's
@@ -267,6 +269,40 @@ def drills_exact_by_turn(model, tokenizer, demos) -> dict[str, dict[str, float]]
             for kind, examples in sorted(groups.items())}
 
 
+@torch.no_grad()
+def write_arguments_exact(model, tokenizer, demos) -> dict[str, dict[str, float]]:
+    """Per write tool and id argument, teacher-forced on the demonstrations' copy drills that end in
+    that write: the share whose id the model predicts exactly (every token the argmax given the true
+    ones before it), and of the misses, how many go wrong on the id's first token."""
+    from tracerl.models.build_agent import copy_drills, final_turn_start, sft_example
+    from tracerl.models.chat import ChatFormat
+
+    chat, counts = ChatFormat(tokenizer), defaultdict(lambda: [0, 0, 0])  # drills, exact, first token wrong
+    for trajectory in demos:
+        kinds = trajectory.tool_kinds()
+        for drill in copy_drills(trajectory):
+            calls = drill.messages[-1].tool_calls or []
+            ids, mask = sft_example(chat, drill)
+            start, predicted = final_turn_start(mask), None
+            for call in calls:
+                if kinds.get(call.function.name) != "write":
+                    continue
+                for name, value in call.parsed_arguments().items():
+                    if not (name.endswith("_id") and isinstance(value, str)):
+                        continue
+                    piece = tokenizer(value, add_special_tokens=False)["input_ids"]
+                    at = next(start + i for i in range(len(ids) - start) if ids[start + i:start + i + len(piece)] == piece)
+                    if predicted is None:
+                        predicted = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()
+                    right = [predicted[at + k - 1] == ids[at + k] for k in range(len(piece))]
+                    count = counts[f"{call.function.name}.{name}"]
+                    count[0] += 1
+                    count[1] += all(right)
+                    count[2] += not right[0]
+    return {key: {"drills": n, "exact": round(ok / n, 3), "misses_on_first_token": first}
+            for key, (n, ok, first) in sorted(counts.items())}
+
+
 def copied_ids(trajectories) -> dict[str, dict[str, float]]:
     """Of the read and of the write tool calls (by the tools' kinds) that pass an id (a string argument
     named `…_id`), the share whose every id appeared verbatim in an earlier user or tool message."""
@@ -302,12 +338,13 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     demos = collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.demos))
+    drill_demos = collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.drill_demos))
     result = {"teacher_forced_per_token": teacher_forced(model, tokenizer, demos),
               "teacher_forced_user_id_with_words_after_it": teacher_forced(
                   model, tokenizer, with_words_after_user_id(demos))["user_id"],
               "teacher_forced_reservation_id_of_the_first_write": teacher_forced_write(model, tokenizer, demos),
-              "teacher_forced_drills_exact": drills_exact_by_turn(
-                  model, tokenizer, collect_demonstrations(AgentRecipe(), range(90_000, 90_000 + args.drill_demos)))}
+              "teacher_forced_drills_exact": drills_exact_by_turn(model, tokenizer, drill_demos),
+              "teacher_forced_write_ids": write_arguments_exact(model, tokenizer, drill_demos)}
     if args.rollouts:
         from tracerl.envs.loading import load_rollouts
 
