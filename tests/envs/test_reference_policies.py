@@ -110,12 +110,13 @@ SEEDS = task_seeds("train", 150)
 def test_skip_precondition_makes_forbidden_writes():
     planted = _only("skip_precondition", SEEDS)
     assert len(planted) >= 20
-    assert {k for t in planted for k in _ignored_kinds(t)} == {"cancel", "change", "certificate"}
+    ignored_kinds = set()
     for t in planted:
-        task = generate_task(t.seed)
         made = [(c.name, c.parsed_arguments()) for c, _ in _writes(t)]
-        forbidden = [(w.name, w.arguments) for s in task.subtasks if not s.allowed for w in s.anyway_writes]
-        assert any(w in made for w in forbidden)
+        ignored = {s.kind for s in generate_task(t.seed).subtasks
+                   if not s.allowed and any((w.name, w.arguments) in made for w in s.anyway_writes)}
+        assert ignored
+        ignored_kinds |= ignored
         assert t.reward_breakdown["DB"] == 0.0
         # the rule is ignored, never the read: each reservation written was read before, as when allowed
         calls = t.tool_calls()
@@ -124,13 +125,7 @@ def test_skip_precondition_makes_forbidden_writes():
             if rid and c.name != "get_reservation_details":
                 assert any(r.name == "get_reservation_details" and r.parsed_arguments() == {"reservation_id": rid}
                            for r in calls[:i]), (t.seed, c.name, rid)
-
-
-def _ignored_kinds(t) -> set[str]:
-    """The kinds of the forbidden requests whose write the episode made."""
-    made = [(c.name, c.parsed_arguments()) for c, _ in _writes(t)]
-    return {s.kind for s in generate_task(t.seed).subtasks if not s.allowed
-            and any((w.name, w.arguments) in made for w in s.anyway_writes)}
+    assert ignored_kinds == {"cancel", "change", "certificate"}
 
 
 def test_stop_early_leaves_requests_undone():
