@@ -78,6 +78,9 @@ def test_precondition_rewards(retail):
     typo = Action(name=wrong.name, arguments={**wrong.arguments, "order_id": record_id + "x"})
     assert play(env, forbidden, [check, typo])[0] == pytest.approx(0.3)  # tried to act; only the typo failed
     assert play(env, forbidden, [check, Action(name=wrong.name, arguments={"order_id": record_id})])[0] == pytest.approx(0.3)
+    mangled = Action(name="cancel", arguments={"order_id": record_id})  # no such tool: only the typo kept the order
+    assert play(env, forbidden, [check, mangled])[0] == pytest.approx(0.3)
+    assert play(env, forbidden, [check, Action(name="get_user_details", arguments={"user_id": "x"})])[0] == 1.0  # a read
     check, act = env.oracle(allowed)
     typo = Action(name=act.name, arguments={**act.arguments, "order_id": check.arguments["order_id"] + "x"})
     assert play(env, allowed, [check, typo, act])[0] == 1.0  # a failed try, then the right write
@@ -177,9 +180,12 @@ def test_system_prompt_keeps_the_targets_format(airline, retail):
         prompt = cls(airline, difficulty=1).reset(seed=0)[0][0].content.splitlines()
         assert prompt[:len(airline.preamble)] == list(airline.preamble) == real[:len(airline.preamble)]
         assert prompt[-1] == airline.closing[-1] == real[-1]
-        # its own rules; the multi-step requests are the target's own, and so are their rules
+        # its own rules; the multi-step requests are the target's own, and so are their rules (and half the
+        # precondition ones')
         target_rules = [line for line in prompt if line in airline.rules]
-        assert target_rules == (list(airline.rules) if cls is MultiStepCompletionEnv else [])
+        task = cls(airline, difficulty=1).task(0)
+        worded = cls is MultiStepCompletionEnv or task.kind.startswith("target-")
+        assert target_rules == (list(airline.rules) if worded else [])
         prompt = cls(retail, difficulty=1).reset(seed=0)[0][0].content
         assert prompt.startswith("# Retail agent policy\n")
     assert [line.split(":")[0] for line in airline.rules] == ["Cancel", "Change flight", "Bags", "Compensation"]
@@ -236,14 +242,21 @@ def test_request_examples_keep_requests_that_state_every_argument():
 
 def test_airline_request_examples_are_its_users_requests_on_their_records(airline):
     from tracerl.contracts import TargetFile
+    from tracerl.envs.airline.policy import booked_within_24h
 
     assert set(airline.request_examples) == {"cancel_reservation"}  # the other writes take computed values
     examples = airline.request_examples["cancel_reservation"]
     assert {e["allowed"] for e in examples} == {True, False}
     health = [e for e in examples if e["request"] == "cancel reservation {reservation_id} because of my health"]
-    # insurance covers health: allowed where it was bought (or the cabin is business), unless a flight was flown
-    assert any(e["allowed"] and e["record"]["insurance"] == "yes" for e in health)
-    assert all(e["record"]["insurance"] == "yes" or e["record"]["cabin"] == "business" or not e["allowed"] for e in health)
+    assert any(e["allowed"] and e["record"]["insurance"] == "yes" for e in health)  # insurance covers health
+
+    def cancel_allowed(example):  # the policy's cancel rule, read off the record and the request's reason
+        record, statuses = example["record"], [f["status"] for f in example["record"]["flights"]]
+        covered = any(w in example["request"] for w in ("health", "weather"))
+        return "landed" not in statuses and (booked_within_24h(record["created_at"]) or "cancelled" in statuses
+                                             or record["cabin"] == "business" or record["insurance"] == "yes" and covered)
+
+    assert all(e["allowed"] == cancel_allowed(e) for e in examples)
     assert TargetFile.of(airline).target().request_examples == airline.request_examples
     assert TargetFile.of(airline).target().rules == airline.rules
     data = TargetFile.of(airline).model_dump()
@@ -265,7 +278,38 @@ def test_multi_step_asks_the_targets_requests_on_their_records(airline):
             # a request the target's rules forbid on its record has no gold write
             assert (record_id in gold_ids) == matches[0]["allowed"]
             denied += record_id not in gold_ids
-    assert 0.25 < denied / 120 < 0.6  # the target's cancellations: 13 of 31 forbidden
+    assert 0.25 < denied / 120 < 0.6  # the target's cancellations: 106 of 300 forbidden
+
+
+def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, retail):
+    env = PreconditionVerificationEnv(airline, difficulty=0)
+    assert env.has_target_requests and env.acts[0].name == "cancel_reservation"
+    kinds = []
+    for seed in range(200):
+        task = env.task(seed)
+        kinds.append(task.kind)
+        if not task.kind.startswith("target-"):  # the template's own condition
+            assert task.rules == env.rules("cancel_reservation") and "status is 'active'" in task.rules[0]
+            continue
+        (record_id, record), (request,) = next(iter(task.records.items())), task.requests
+        matches = [e for e in airline.request_examples["cancel_reservation"]
+                   if e["request"].replace("{reservation_id}", record_id) == request
+                   and all(record.get(k) == v for k, v in e["record"].items() if k not in ("reservation_id", "user_id"))]
+        assert matches, request
+        assert task.kind == ("target-allowed" if matches[0]["allowed"] else "target-forbidden")
+        assert [g.name for g in task.gold] == ["get_reservation_details"] + ["cancel_reservation"] * (task.kind == "target-allowed")
+        assert task.rules == list(airline.rules)  # the target's own rules decide
+    target = [k for k in kinds if k.startswith("target-")]
+    assert 0.4 < len(target) / 200 < 0.6  # half the tasks
+    assert 0.35 < target.count("target-forbidden") / len(target) < 0.65  # each decision as often as the other
+    forbidden = _seed_of_kind(env, "target-forbidden")
+    (check,) = env.oracle(forbidden)
+    cancel = Action(name="cancel_reservation", arguments=dict(check.arguments))
+    assert play(env, forbidden, [check])[0] == 1.0
+    assert play(env, forbidden, [check, cancel])[0] == pytest.approx(0.3)  # read, then cancelled what the rules forbid
+    retail_env = PreconditionVerificationEnv(retail, difficulty=0)  # no users' words: the template's conditions only
+    assert not retail_env.has_target_requests
+    assert {retail_env.task(s).kind for s in range(40)} == {"allowed", "forbidden"}
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):

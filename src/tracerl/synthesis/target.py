@@ -204,7 +204,7 @@ def fill_request(request: str, arguments: dict[str, Any]) -> str:
     return request
 
 
-def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[dict[str, Any]]]:
+def _task_request_examples(env: Any, seeds: int = 1000) -> dict[str, list[dict[str, Any]]]:
     """The built-in domain's requests, each with the write that serves it (or would, ignoring the rules),
     the record it is about as the check tool returns it, and whether the rules allow it."""
     from tracerl.core.messages import Message, ToolCall
@@ -221,7 +221,7 @@ def _task_request_examples(env: Any, seeds: int = 50) -> dict[str, list[dict[str
             result = env.step(Message.assistant(tool_calls=[read]))[0][0].content or ""
             if result.startswith("{"):
                 found.append((sub.request, write, json.loads(result), sub.allowed))
-    return request_examples(found)
+    return request_examples(found, per_tool=300)
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")

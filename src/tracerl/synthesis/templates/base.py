@@ -83,7 +83,8 @@ class TemplateEnv(ToolEnv):
     @abstractmethod
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         """Reward in [0, 1] and its breakdown, from the successful tool calls, in order, and every call
-        of a write tool the agent made (`attempts`: the failed ones too — a mistyped id, a bad argument)."""
+        that could have been a write (`attempts`: the failed ones too — a mistyped id, a bad argument, a
+        mangled tool name; see `write_attempts`)."""
 
     # --- helpers for templates -------------------------------------------------------------
     @property
@@ -296,11 +297,15 @@ class TemplateEnv(ToolEnv):
         return min(1.0, max(0.0, reward)), breakdown
 
     def write_attempts(self) -> list[Action]:
-        """Every call of a write tool in this episode, in order, whether it succeeded or not."""
-        writes = {name for name in self.tool_names() if self.target.tool(name).kind == "write"}
+        """Every call in this episode that could have been a write, in order, whether it succeeded or
+        not: every call but those of the target's read tools. A call of a name that is no tool at all
+        ("cancel", "cancel reservation: ") counts: only its typo kept the database unchanged, and
+        GRPO finds that way out of a forbidden write (measured: an adapter refused 25 of 35 forbidden
+        cancellations with a mangled tool name and none in words)."""
+        reads = {t.name for t in self.target.tools if t.kind == "read"}
         return [Action(name=call.function.name, arguments=call.parsed_arguments() or {})
                 for m in self.messages if m.role == "assistant" for call in m.tool_calls or []
-                if call.function.name in writes]
+                if call.function.name not in reads]
 
     # --- record helpers ----------------------------------------------------------------------
     def new_ids(self, rng: random.Random, n: int) -> list[str]:

@@ -8,6 +8,15 @@ requested record passes them with probability ½. Reward per request, averaged o
 when it is allowed, trying none when it is forbidden; 0.3 for the outcome — the exact write done
 when allowed, none when forbidden. Success needs all three on every request.
 
+Where the target has its users' own requests for the write, both ones its rules allowed and ones
+they forbade (`Target.request_examples`), half the tasks are one of them instead (kind
+"target-allowed" / "target-forbidden"): the user's words, the record it was made on, the target's
+rules in the prompt, allowed or forbidden with probability ½ each — the decision the agent meets
+on the target, on the target's own fields (booking time, cabin, insurance and the stated reason on
+the built-in airline). The other half keeps the template's own conditions: a decision a small
+agent learns in a few hundred rollouts, where the target's alone it did not learn in 3,200
+(benchmarks/README.md, "Capability adapters").
+
 Decisions are read from every write call the agent made, the failed ones too. A failed write
 counts as trying it on a record when it named that record or none of the task's records (a
 mistyped id): the agent tried to do what the policy forbids, and only its typo kept the database
@@ -24,14 +33,31 @@ import random
 from typing import Any
 
 from tracerl.core.messages import Action
+from tracerl.core.tools import ToolSchema
+from tracerl.synthesis.target import ToolFamily
 from tracerl.synthesis.templates.base import Task, TemplateEnv
 
 AMOUNT_LIMIT = 500
+TARGET_WORDED_SHARE = 0.5  # tasks that are the target's own requests, where it has them
 
 
 class PreconditionVerificationEnv(TemplateEnv):
     capability = "precondition_verification"
     description = "Check the record with a read tool and act only when the policy's conditions hold."
+
+    def choose_acts(self, family: ToolFamily) -> list[ToolSchema]:
+        """The first write the target's users ask for in their own words, allowed and forbidden, else
+        the simplest write."""
+        return [next((act for act in family.acts if self.both_decisions_worded(act)), family.acts[0])]
+
+    def both_decisions_worded(self, act: ToolSchema) -> bool:
+        """Whether the target has its users' requests for `act`, allowed ones and forbidden ones."""
+        return {e["allowed"] for e in self.worded_requests(act, act.parameters.get("required", []))} == {True, False}
+
+    @property
+    def has_target_requests(self) -> bool:
+        """Whether half the tasks are the target's own requests (see `choose_acts`)."""
+        return self.both_decisions_worded(self.acts[0])
 
     def conditions(self) -> list[str]:
         return ["status", "amount", "flagged"][: min(1 + self.difficulty, 3)]
@@ -48,41 +74,57 @@ class PreconditionVerificationEnv(TemplateEnv):
         label = act.replace("_", " ").capitalize()
         return [f"{label}: allowed only if {condition}. Otherwise make no change: say you cannot, and why."]
 
+    def condition_fields(self, rng: random.Random, ok: bool) -> dict[str, Any]:
+        """A record's fields under the template's own conditions: all hold when `ok`, else one fails."""
+        fields: dict[str, Any] = {"amount": rng.randint(1, AMOUNT_LIMIT // 50) * 50}
+        if not ok:
+            broken = rng.choice(self.conditions())
+            if broken == "status":
+                fields["status"] = rng.choice(["closed", "on hold"])
+            elif broken == "amount":
+                fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
+            else:
+                fields["flagged"] = True
+        # conditions not in force at this difficulty vary freely: they must not matter
+        if "amount" not in self.conditions() and rng.random() < 0.5:
+            fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
+        if "flagged" not in self.conditions():
+            fields["flagged"] = rng.random() < 0.3
+        return fields
+
     def generate(self, rng: random.Random) -> Task:
         act = self.acts[0]
         n = 2 if self.difficulty >= 3 else 1
         ids = self.new_ids(rng, n)
         records, gold, requests, allowed = {}, [], [], {}
+        worded = self.has_target_requests and rng.random() < TARGET_WORDED_SHARE
         for record_id in ids:
             ok = rng.random() < 0.5
-            fields: dict[str, Any] = {"amount": rng.randint(1, AMOUNT_LIMIT // 50) * 50}
-            if not ok:
-                broken = rng.choice(self.conditions())
-                if broken == "status":
-                    fields["status"] = rng.choice(["closed", "on hold"])
-                elif broken == "amount":
-                    fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
-                else:
-                    fields["flagged"] = True
-            # conditions not in force at this difficulty vary freely: they must not matter
-            if "amount" not in self.conditions() and rng.random() < 0.5:
-                fields["amount"] = rng.randint(AMOUNT_LIMIT // 50 + 1, 20) * 50
-            if "flagged" not in self.conditions():
-                fields["flagged"] = rng.random() < 0.3
-            records[record_id] = self.make_record(record_id, rng, **fields)
-            args = self.arguments(act, rng, record_id)
+            if worded:
+                args = self.arguments(act, rng, record_id)
+                text, fields, ok = self.worded_request(act, args, rng, ok)
+                records[record_id] = self.make_record(record_id, rng, own_fields=False, **fields)
+            else:
+                records[record_id] = self.make_record(record_id, rng, **self.condition_fields(rng, ok))
+                args = self.arguments(act, rng, record_id)
+                text = self.request_phrase(act, record_id, args)
             gold.append(Action(name=self.family.check.name, arguments={self.id_param: record_id}))
             if ok:
                 gold.append(Action(name=act.name, arguments=args))
             allowed[record_id] = args if ok else None
-            requests.append(self.request_phrase(act, record_id, args))
+            requests.append(text)
         hint = (
+            f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with the "
+            "policy's rule for the request. Act only if the rule allows it; otherwise make no change and tell the "
+            "user why."
+        ) if worded else (
             f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
             "condition in the policy. Act only if all of them hold; otherwise make no change and tell the user "
             "which condition fails."
         )
-        kind = "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
-        return Task(records=records, requests=requests, rules=self.rules(act.name), hint=hint,
+        kind = ("target-" if worded else "") + "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
+        rules = list(self.target.rules) if worded else self.rules(act.name)
+        return Task(records=records, requests=requests, rules=rules, hint=hint,
                     gold=gold, kind=kind, expected={"allowed": allowed, "act": act.name},
                     user_id=self.new_user_id(rng))
 
