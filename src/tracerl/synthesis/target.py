@@ -93,7 +93,7 @@ def _builtin_airline() -> Target:
     title = preamble[0] if preamble else "# Airline agent policy"
     return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
                   preamble=preamble or (title,), closing=closing, rules=rules, value_examples=gold_value_examples(env),
-                  result_examples=_oracle_result_examples(env), request_examples=_task_request_examples(env))
+                  result_examples=_oracle_result_examples(env), request_examples=task_request_examples(env))
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
@@ -204,14 +204,15 @@ def fill_request(request: str, arguments: dict[str, Any]) -> str:
     return request
 
 
-def _task_request_examples(env: Any, seeds: int = 1000) -> dict[str, list[dict[str, Any]]]:
-    """The built-in domain's requests, each with the write that serves it (or would, ignoring the rules),
-    the record it is about as the check tool returns it, and whether the rules allow it."""
+def task_request_examples(env: Any, seeds: Iterable[int] = range(1000), per_tool: int = 300) -> dict[str, list[dict[str, Any]]]:
+    """The built-in domain's requests on the task `seeds`, each with the write that serves it (or would,
+    ignoring the rules), the record it is about as the check tool returns it, and whether the rules
+    allow it (see `request_examples`)."""
     from tracerl.core.messages import Message, ToolCall
 
     family = tool_families(tuple(env.tools))[0]
     found = []
-    for seed in range(seeds):
+    for seed in seeds:
         for sub in env.reset(seed=seed)[1]["_task"].subtasks:
             writes = sub.writes if sub.allowed else sub.anyway_writes
             if not writes:
@@ -221,7 +222,7 @@ def _task_request_examples(env: Any, seeds: int = 1000) -> dict[str, list[dict[s
             result = env.step(Message.assistant(tool_calls=[read]))[0][0].content or ""
             if result.startswith("{"):
                 found.append((sub.request, write, json.loads(result), sub.allowed))
-    return request_examples(found, per_tool=300)
+    return request_examples(found, per_tool=per_tool)
 
 
 _RULE_LINE = re.compile(r"^[A-Z][\w ]{0,30}:\s")

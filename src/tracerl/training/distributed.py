@@ -89,4 +89,7 @@ def barrier(world: World) -> None:
 
 def shutdown(world: World) -> None:
     if world.size > 1 and dist.is_initialized():
+        # every rank past its last collective before any tears its connections down: a gloo rank whose
+        # peer had already left aborted at exit ("terminate called without an active exception")
+        dist.barrier()
         dist.destroy_process_group()
