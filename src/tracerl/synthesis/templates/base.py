@@ -300,8 +300,8 @@ class TemplateEnv(ToolEnv):
         """Every call in this episode that could have been a write, in order, whether it succeeded or
         not: every call but those of the target's read tools. A call of a name that is no tool at all
         ("cancel", "cancel reservation: ") counts: only its typo kept the database unchanged, and
-        GRPO finds that way out of a forbidden write (measured: an adapter refused 25 of 35 forbidden
-        cancellations with a mangled tool name and none in words)."""
+        GRPO finds that way out of a forbidden write (measured: a precondition adapter passed 25 of the
+        target's 35 forbidden cancellations so, none by refusing in words)."""
         reads = {t.name for t in self.target.tools if t.kind == "read"}
         return [Action(name=call.function.name, arguments=call.parsed_arguments() or {})
                 for m in self.messages if m.role == "assistant" for call in m.tool_calls or []
