@@ -46,7 +46,7 @@ def decision_contexts(target, pool: dict, n: int, tokenizer, first_seed: int = 0
                      Message.assistant(tool_calls=[ToolCall.make("get_user_details", {"user_id": task.user_id}, "call_0")]),
                      Message.assistant(tool_calls=[ToolCall.make(env.family.check.name, {env.id_param: record_id}, "call_1")])):
             messages += [turn, *env.step(turn)[0]]
-        out.append((chat.encode(chat.render(messages, env.tools, add_generation_prompt=True)), task.kind == "target-allowed"))
+        out.append((chat.prompt_ids(messages, env.tools), task.kind == "target-allowed"))
     return out
 
 

@@ -30,6 +30,7 @@ request whose record it read).
 from __future__ import annotations
 
 import random
+from functools import cached_property
 from typing import Any
 
 from tracerl.core.messages import Action
@@ -54,7 +55,7 @@ class PreconditionVerificationEnv(TemplateEnv):
         """Whether the target has its users' requests for `act`, allowed ones and forbidden ones."""
         return {e["allowed"] for e in self.worded_requests(act, act.parameters.get("required", []))} == {True, False}
 
-    @property
+    @cached_property
     def has_target_requests(self) -> bool:
         """Whether half the tasks are the target's own requests (see `choose_acts`)."""
         return self.both_decisions_worded(self.acts[0])
