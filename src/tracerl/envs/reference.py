@@ -50,6 +50,7 @@ SUBTASK_KINDS = SubTaskKind.__args__  # what a fault may be scoped to
 GREETING = "Hello! Please tell me your user id."
 NEXT_REQUEST = "Please tell me your next request."
 CLOSING = "All your requests are handled. Is there anything else?"  # stop_early's close, and after the plan
+PAYMENT_QUESTION = "Which payment method do you pay with?"  # asked after the user confirms a write that charges
 
 
 class ScriptedAirlinePolicy:
@@ -126,6 +127,8 @@ class ScriptedAirlinePolicy:
             reads, writes, text = _variant(sub, mispick == i)
             script.calls(reads)
             script.say(text)
+            if any("payment_id" in w.arguments for w in writes):
+                script.say(PAYMENT_QUESTION)
             for j, write in enumerate(writes):
                 if corrupt == (i, j):
                     write = with_unit(write) if scoped_corruption and _counts(write) else corrupt_action(write, task, rng)
