@@ -87,6 +87,20 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert len(tok.encode("437")) == 1 and model.config.vocab_size == len(tok)  # number tokens saved with it
 
 
+def test_frozen_embeddings_stay_at_their_random_start(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    recipe = AgentRecipe(episodes=4, max_steps=2, drill_steps=0, drill_every=0, batch_size=4, hidden_size=32, num_hidden_layers=1,
+                         vocab_size=400, eval_tasks=1, test_tasks=1, max_new_tokens=4, num_threads=1, warmup_steps=1,
+                         frozen_embeddings=True, seed=3)
+    build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
+    start = tiny_qwen3(model.config, seed=3)
+    assert torch.equal(model.get_input_embeddings().weight, start.get_input_embeddings().weight)
+    assert torch.equal(model.get_output_embeddings().weight, start.get_input_embeddings().weight)  # tied
+    assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, start.model.layers[0].self_attn.q_proj.weight)
+
+
 def test_build_agent_bad_input_exits_2(capsys):
     assert main(["build-agent", "--policy", "oracle"]) == 2
     assert "flawed reference policy" in capsys.readouterr().err
