@@ -7,7 +7,7 @@ import torch
 
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
+                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, freeze_embeddings, is_drill_step,
                                         length_grouped_batches, id_read_drills, said_value_drills, sft_example,
                                         shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
@@ -87,7 +87,7 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert len(tok.encode("437")) == 1 and model.config.vocab_size == len(tok)  # number tokens saved with it
 
 
-def test_frozen_embeddings_stay_at_their_random_start(tmp_path):
+def test_frozen_embeddings_are_random_unit_vectors_that_training_leaves_alone(tmp_path):
     from transformers import AutoModelForCausalLM
 
     recipe = AgentRecipe(episodes=4, max_steps=2, drill_steps=0, drill_every=0, batch_size=4, hidden_size=32, num_hidden_layers=1,
@@ -96,8 +96,11 @@ def test_frozen_embeddings_stay_at_their_random_start(tmp_path):
     build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
     start = tiny_qwen3(model.config, seed=3)
-    assert torch.equal(model.get_input_embeddings().weight, start.get_input_embeddings().weight)
-    assert torch.equal(model.get_output_embeddings().weight, start.get_input_embeddings().weight)  # tied
+    freeze_embeddings(start, seed=3)
+    embeddings = model.get_input_embeddings().weight
+    assert torch.allclose(embeddings.norm(dim=1), torch.ones(len(embeddings)))
+    assert torch.equal(embeddings, start.get_input_embeddings().weight)
+    assert torch.equal(model.get_output_embeddings().weight, embeddings)  # tied
     assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, start.model.layers[0].self_attn.q_proj.weight)
 
 

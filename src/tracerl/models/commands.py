@@ -35,7 +35,7 @@ def build_agent_command(
     vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size (BPE merges; number tokens come on top).")] = 2048,
     number_digits: Annotated[int, typer.Option(help="Numbers cut into runs of up to this many digits, each run one token (1: every digit a token).")] = 3,
     json_keys: Annotated[bool, typer.Option(help="A JSON key with its colon one pre-token, so that a value is the token after its key's.")] = False,
-    frozen_embeddings: Annotated[bool, typer.Option(help="Keep the token embeddings (tied to the output) at their random start, so that interchangeable tokens stay distinguishable.")] = False,
+    frozen_embeddings: Annotated[bool, typer.Option(help="Token embeddings (tied to the output) random unit vectors, not trained, so that interchangeable tokens stay distinguishable.")] = False,
     eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
     test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
