@@ -7,7 +7,7 @@ import torch
 
 from tracerl.cli import main
 from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, freeze_embeddings, is_drill_step,
+                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
                                         length_grouped_batches, id_read_drills, said_value_drills, sft_example,
                                         shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
@@ -85,23 +85,6 @@ def test_a_tiny_build_end_to_end(tmp_path):
     tok = AutoTokenizer.from_pretrained(tmp_path / "agent")
     assert type(model).__name__ == "Qwen3ForCausalLM" and tok.chat_template
     assert len(tok.encode("437")) == 1 and model.config.vocab_size == len(tok)  # number tokens saved with it
-
-
-def test_frozen_embeddings_are_random_unit_vectors_that_training_leaves_alone(tmp_path):
-    from transformers import AutoModelForCausalLM
-
-    recipe = AgentRecipe(episodes=4, max_steps=2, drill_steps=0, drill_every=0, batch_size=4, hidden_size=32, num_hidden_layers=1,
-                         vocab_size=400, eval_tasks=1, test_tasks=1, max_new_tokens=4, num_threads=1, warmup_steps=1,
-                         frozen_embeddings=True, seed=3)
-    build_agent(tmp_path / "agent", recipe, command="test", log=lambda _: None)
-    model = AutoModelForCausalLM.from_pretrained(tmp_path / "agent")
-    start = tiny_qwen3(model.config, seed=3)
-    freeze_embeddings(start, seed=3)
-    embeddings = model.get_input_embeddings().weight
-    assert torch.allclose(embeddings.norm(dim=1), torch.ones(len(embeddings)))
-    assert torch.equal(embeddings, start.get_input_embeddings().weight)
-    assert torch.equal(model.get_output_embeddings().weight, embeddings)  # tied
-    assert not torch.equal(model.model.layers[0].self_attn.q_proj.weight, start.model.layers[0].self_attn.q_proj.weight)
 
 
 def test_build_agent_bad_input_exits_2(capsys):

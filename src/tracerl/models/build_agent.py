@@ -68,7 +68,6 @@ class AgentRecipe(BaseModel):
     vocab_size: int = 2048  # every id word one token, with or without its '_'
     number_digits: int = 3  # every run of 1-3 digits one token besides (see tokenizer.py)
     json_keys: bool = False  # a JSON key (`"amount": `) one pre-token, its value the next token (see tokenizer.py)
-    frozen_embeddings: bool = False  # token embeddings (tied to the output) random unit vectors, not trained (see `freeze_embeddings`)
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -232,26 +231,6 @@ def drill_kinds(drills: list[Trajectory]) -> list[str]:
             else "said value" for d in drills]
 
 
-def freeze_embeddings(model: torch.nn.Module, seed: int) -> None:
-    """Set the token embeddings (and, tied to them, the output projection) to random unit vectors
-    drawn from `seed`, and keep them there.
-
-    Trained, the embeddings of tokens that are interchangeable wherever they occur converge: in
-    the v31 agent `gift` and `credit` (the two payment sources) have cosine 0.989, day tokens `19`
-    and `20` 0.944, `economy` and `business` 0.912, against 0.43 for two tokens drawn at random.
-    A copy then carries almost nothing of which token it copied, and the agent writes such a value
-    from its prior (a payment id's first token: P(credit) 0.51–0.53 whatever the context says).
-    Random vectors of width 128 stay near orthogonal, so every token remains distinguishable. Unit
-    norm, as the trained ones have: at the initialiser's scale (0.02) the output logits cannot
-    grow large enough, and a build learnt ten times slower."""
-    weight = model.get_input_embeddings().weight
-    rows = torch.randn(weight.shape, generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        weight.copy_(torch.nn.functional.normalize(rows, dim=1).to(weight.device))
-    weight.requires_grad_(False)
-    model.get_output_embeddings().weight.requires_grad_(False)
-
-
 def final_turn_start(mask: list[int]) -> int:
     """Where an example's last assistant turn (its final run of mask-1 tokens) starts."""
     start = len(mask)
@@ -357,8 +336,6 @@ def build_agent(
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     model = tiny_qwen3(config, seed=recipe.seed).to(device)
-    if recipe.frozen_embeddings:
-        freeze_embeddings(model, recipe.seed)
     log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters, training on {device}")
 
     probe = None

@@ -35,7 +35,6 @@ def build_agent_command(
     vocab_size: Annotated[int, typer.Option(help="Tokenizer vocabulary size (BPE merges; number tokens come on top).")] = 2048,
     number_digits: Annotated[int, typer.Option(help="Numbers cut into runs of up to this many digits, each run one token (1: every digit a token).")] = 3,
     json_keys: Annotated[bool, typer.Option(help="A JSON key with its colon one pre-token, so that a value is the token after its key's.")] = False,
-    frozen_embeddings: Annotated[bool, typer.Option(help="Token embeddings (tied to the output) random unit vectors, not trained, so that interchangeable tokens stay distinguishable.")] = False,
     eval_every: Annotated[int, typer.Option(help="Validation pass every N steps (0: only at the end).")] = 0,
     test_tasks: Annotated[int, typer.Option(help="Held-out test-split tasks for the final greedy pass rate.")] = 100,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
@@ -67,7 +66,7 @@ def build_agent_command(
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
-                         vocab_size=vocab_size, number_digits=number_digits, json_keys=json_keys, frozen_embeddings=frozen_embeddings, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
+                         vocab_size=vocab_size, number_digits=number_digits, json_keys=json_keys, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
     console = Console(stderr=True)
