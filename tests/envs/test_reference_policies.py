@@ -9,7 +9,7 @@ import pytest
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.envs.airline import AirlineEnv, generate_task, task_seeds
-from tracerl.envs.reference import FAULTS, ScriptedAirlinePolicy
+from tracerl.envs.reference import FAULTS, PAYMENT_QUESTION, ScriptedAirlinePolicy
 from tracerl.envs.registry import POLICY_FACTORIES, make_env, make_policy
 from tracerl.envs.runner import Episode, rollout
 
@@ -34,6 +34,21 @@ def test_episodes_have_a_models_shape():
                 assert (m.content is None) != (m.tool_calls is None)
                 assert all(c.id in answered for c in (m.tool_calls or []))
         assert t.info["task_kind"] and "gold_actions" in t.info and "reasoning_args" in t.info
+
+
+def test_the_payment_id_is_asked_for_right_before_the_write_that_charges_it():
+    """After the user confirms a write with a payment id, the oracle asks which payment method to use
+    and writes the id the user answers: the copy's source is the message just before the write."""
+    writes = 0
+    for t in _run("oracle", task_seeds("train", 40)):
+        for i, m in enumerate(t.messages):
+            payment = m.tool_calls and m.tool_calls[0].parsed_arguments().get("payment_id")
+            if payment:
+                writes += 1
+                assert [x.content for x in t.messages[i - 4: i]] == [t.messages[i - 4].content, "yes", PAYMENT_QUESTION,
+                                                                     f"Please use {payment}."]
+                assert t.messages[i - 4].content.endswith("Do you confirm?")
+    assert writes >= 10
 
 
 def _handled(task, drawn):

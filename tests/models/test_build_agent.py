@@ -145,7 +145,8 @@ def test_copied_values_of_calls_and_texts():
 
 def test_a_write_is_drilled_from_the_request_that_names_its_ids():
     """A later request's write starts at the user's message of that request (which names the
-    reservation and the payment id), not at the user details that list them among others."""
+    reservation and the payment id), not at the user details that list them among others; the
+    user confirms, then names the payment id again when asked for it."""
     demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
                 if [m.content for m in t.messages if m.role == "user" and (m.content or "").startswith("Second, I want to add")])
     drill = min((d for d in copy_drills(demo) if d.messages[-1].tool_calls and d.messages[-1].tool_calls[0].name == "update_reservation_baggages"),
@@ -154,7 +155,7 @@ def test_a_write_is_drilled_from_the_request_that_names_its_ids():
     opening = drill.messages[0].content
     assert opening.startswith("Second, I want to add")
     assert arguments["reservation_id"] in opening and arguments["payment_id"] in opening
-    assert [m.role for m in drill.messages].count("user") == 2  # the request and the "yes" to the confirmation
+    assert [m.content for m in drill.messages if m.role == "user"] == [opening, "yes", f"Please use {arguments['payment_id']}."]
 
 
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():
