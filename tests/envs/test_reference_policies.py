@@ -45,9 +45,8 @@ def test_the_payment_id_is_asked_for_right_before_the_write_that_charges_it():
             payment = m.tool_calls and m.tool_calls[0].parsed_arguments().get("payment_id")
             if payment:
                 writes += 1
-                assert [x.content for x in t.messages[i - 4: i]] == [t.messages[i - 4].content, "yes", PAYMENT_QUESTION,
-                                                                     f"Please use {payment}."]
                 assert t.messages[i - 4].content.endswith("Do you confirm?")
+                assert [x.content for x in t.messages[i - 3: i]] == ["yes", PAYMENT_QUESTION, f"Please use {payment}."]
     assert writes >= 10
 
 

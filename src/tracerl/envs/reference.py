@@ -6,8 +6,8 @@ state the action (and the amount it computed, if any) and ask to confirm, ask wh
 to use when the write charges one (the user names the id again: a small model copies an id from
 the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
 and ask for the next request; refuse forbidden requests (asking for the next one in the same
-message). The user gives its requests one at a time and ends when asked for one after the last. Their episodes have a model's
-shape: one tool call (with an id) or one text per assistant turn.
+message). The user gives its requests one at a time and ends when asked for one after the last.
+Their episodes have a model's shape: one tool call (with an id) or one text per assistant turn.
 
 `flawed` plants four faults, each drawn once per episode with its own probability, seeded by
 (policy seed, task seed) — reproducible and independent of batching:
