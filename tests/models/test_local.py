@@ -122,6 +122,22 @@ def a_dir_with_base(adapter_dir, tmp_path, toy, tokenizer):
     return adapter_dir
 
 
+def test_a_policy_of_an_adapter_directory_plays_the_adapter(toy, tokenizer, tmp_path):
+    from peft import PeftModel
+
+    a_dir = a_dir_with_base(save_lora(toy, tokenizer, tmp_path / "a", seed=1), tmp_path, toy, tokenizer)
+    model, loaded_tokenizer = load_model(a_dir, device="cpu")
+    policy = LocalPolicy(model, loaded_tokenizer, temperature=0.0, max_new_tokens=8)
+    session = Session(messages=[Message.user("Please set the price of A1 to 12.")], tools=[])  # no adapter named
+    policy.act([session])
+    rec = session.tokens
+    adapted = PeftModel.from_pretrained(toy.make_model(tokenizer), a_dir)
+    played = [lp for lp, m in zip(rec.logprobs, rec.mask) if m]
+    assert played == pytest.approx([f for f, m in zip(teacher_forced_logprobs(adapted, rec.ids), rec.mask) if m], abs=1e-4)
+    base = teacher_forced_logprobs(toy.make_model(tokenizer), rec.ids)
+    assert played != pytest.approx([f for f, m in zip(base, rec.mask) if m], abs=1e-3)
+
+
 def test_set_adapter_weights_in_place(toy, tokenizer, tmp_path):
     from peft import get_peft_model_state_dict
 

@@ -53,8 +53,10 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     """(model, tokenizer) via `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`, in eval mode.
 
     `path_or_name` "tiny-agent" (or "tiny") is the embedded agent shipped in the package. A PEFT
-    adapter directory loads its base model (from `adapter_config.json`) with the adapter attached
-    under the name "default". Errors (missing path, not a model) are `InputError`s.
+    adapter directory loads its base model (from `adapter_config.json`) with the adapter merged into
+    its weights: the model is the adapted one whatever asks it, where an attached adapter would be
+    passed over by a `LocalPolicy` session naming no adapter (that plays the base). Errors (missing
+    path, not a model) are `InputError`s.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -69,7 +71,7 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
 
             base_path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
             base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
-            model = PeftModel.from_pretrained(base, path, adapter_name="default")
+            model = PeftModel.from_pretrained(base, path).merge_and_unload()
             tokenizer = AutoTokenizer.from_pretrained(base_path)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
