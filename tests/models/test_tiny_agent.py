@@ -74,6 +74,6 @@ def test_an_adapter_of_the_embedded_agent_records_its_alias_not_this_checkouts_p
         recorded = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
         assert recorded == "tiny-agent"
         loaded, _ = load_model(out, device="cpu")
-        assert type(loaded).__name__ == "PeftModel"
+        assert type(loaded).__name__ == "Qwen3ForCausalLM"  # its base, the adapter merged in
     assert same_base("tiny-agent", str(TINY_AGENT_DIR))
     assert not same_base("tiny-agent", str(tmp_path / "another_model"))
