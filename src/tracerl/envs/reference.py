@@ -53,6 +53,7 @@ GREETING = "Hello! Please tell me your user id."
 NEXT_REQUEST = "Please tell me your next request."
 CLOSING = "All your requests are handled. Is there anything else?"  # stop_early's close, and after the plan
 PAYMENT_QUESTION = "Which payment method do you pay with?"  # asked after the user confirms a write that charges
+DATE_QUESTION = "On which date do you want to fly?"  # asked right before a flight search
 
 
 class ScriptedAirlinePolicy:
@@ -123,11 +124,11 @@ class ScriptedAirlinePolicy:
         script.call(Action(name="get_user_details", arguments={"user_id": task.user_id}))
         for i, sub in enumerate(handled):
             if not sub.allowed and i not in ignored:
-                script.calls(sub.reads)
+                script.reads(sub.reads)
                 script.say(f"{sub.say} {NEXT_REQUEST}")
                 continue
             reads, writes, text = _variant(sub, mispick == i)
-            script.calls(reads)
+            script.reads(reads)
             script.say(text)
             if any("payment_id" in w.arguments for w in writes):
                 script.say(PAYMENT_QUESTION)
@@ -173,6 +174,13 @@ class _Script:
 
     def calls(self, actions: list[Action]) -> None:
         for action in actions:
+            self.call(action)
+
+    def reads(self, actions: list[Action]) -> None:
+        """The reads, a flight search after asking the user for the date (copied from the answer)."""
+        for action in actions:
+            if action.name == "search_direct_flight":
+                self.say(DATE_QUESTION)
             self.call(action)
 
 

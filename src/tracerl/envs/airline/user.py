@@ -17,6 +17,7 @@ request after the last, or when it refuses the last request. Keyword rules on th
       "reservation id", "which reservation"            -> "The reservation id is <id>."
       "reason"  (a cancellation)                       -> "The reason is <reason>."
       "payment", "pay with" (a change or bags)         -> "Please use <payment id>."
+      "which date", "what date" (a change)            -> "On <date>." (the date of the flight it asks for)
     anything else                                      -> the request at hand, restated
 
 The capability templates' users are this user with their own requests and no questions of their own.
@@ -54,6 +55,9 @@ class ScriptedUser:
                 asked.append((("reason",), f"The reason is {sub.reason}."))
             if sub.payment:
                 asked.append((("payment", "pay with"), f"Please use {sub.payment}."))
+            dates = [a.arguments["date"] for a in sub.reads + sub.anyway_reads if a.name == "search_direct_flight"]
+            if dates:
+                asked.append((("which date", "what date"), f"On {dates[0]}."))
             questions.append(asked)
         return cls([s.request for s in task.subtasks], task.user_id, questions)
 
