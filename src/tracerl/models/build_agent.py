@@ -10,7 +10,8 @@
    records; system, user and tool tokens are context), AdamW, linear warm-up then cosine decay.
    The first `drill_steps` steps train on *copy drills* only — and more of them, 50 at a time,
    while fewer than `drill_target` of the held-out id-read drills are copied exactly (see
-   `exact_final_turns`) — then every `drill_every`-th step is a drill batch (see `copy_drills`).
+   `exact_final_turns`), or of the values the user gave in answer to a question (see
+   `answered_value_examples`) — then every `drill_every`-th step is a drill batch (see `copy_drills`).
 4. Evaluate greedily on held-out test-split tasks and write `build.json` (recipe, command,
    data size, minutes, parameters, tokens/s, pass rates) beside the model.
 
@@ -56,6 +57,8 @@ from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
 from tracerl.models.tokenizer import train_tokenizer
 
+DRILL_GATES = ("id_reads_exact", "answered_values_exact")  # the drill check's rates that must reach `drill_target`
+
 
 class AgentRecipe(BaseModel):
     """Everything `build-agent` needs; the defaults made the shipped agent."""
@@ -74,9 +77,10 @@ class AgentRecipe(BaseModel):
     num_key_value_heads: int = 2
     intermediate_size: int = 384
     max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
+    tie_embeddings: bool = True  # the output layer is the input embedding (False: a separate one)
     max_steps: int = 1200
     drill_steps: int = 700  # copy drills only, before the episodes (0: no drills)
-    drill_target: float = 0.95  # then more drill steps until the held-out id-read drills are this exact (0: no check)
+    drill_target: float = 0.95  # then more drill steps until the held-out id reads and answered values are this exact (0: no check)
     drill_extra_max: int = 1000  # at most this many more
     drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
     drill_batch_size: int = 24
@@ -224,6 +228,29 @@ def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
     return [d for d in drills if not d.messages[-1].tool_calls]
 
 
+def answered_value_examples(chat: ChatFormat, tokenizer: Any, drills: list[Trajectory]) -> list[tuple[list[int], list[int]]]:
+    """One example per value a drill's final turn copies from the user message right before it —
+    the user's answer to the agent's question (a payment method, a date) — whose mask marks only
+    that value's tokens, cut after them (causal: what follows changes no prediction), so that
+    `exact_final_turns` judges the value alone. The id reads, watched on their own, are left out."""
+    reads = {id(d) for d in id_read_drills(drills)}
+    examples = []
+    for drill in drills:
+        *_, answer, turn = drill.messages
+        if id(drill) in reads or answer.role != "user":
+            continue
+        ids, mask = sft_example(chat, drill)
+        start = final_turn_start(mask)
+        for _, value in copied_values(turn):
+            if not re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", answer.content or ""):
+                continue
+            span = tokenizer(value, add_special_tokens=False)["input_ids"]
+            at = next((i for i in range(start, len(ids) - len(span) + 1) if ids[i:i + len(span)] == span), None)
+            if at is not None:
+                examples.append((ids[:at + len(span)], [0] * at + [1] * len(span)))
+    return examples
+
+
 def drill_kinds(drills: list[Trajectory]) -> list[str]:
     """What each drill's final turn does: "id read", "said value", or the name of the tool it calls."""
     reads = {id(d) for d in id_read_drills(drills)}
@@ -333,7 +360,7 @@ def build_agent(
         len(tokenizer), hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_hidden_layers,
         num_attention_heads=recipe.num_attention_heads, num_key_value_heads=recipe.num_key_value_heads,
         intermediate_size=recipe.intermediate_size, max_position_embeddings=recipe.max_position_embeddings,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, tie_word_embeddings=recipe.tie_embeddings,
     )
     model = tiny_qwen3(config, seed=recipe.seed).to(device)
     log(f"model: Qwen3ForCausalLM, {count_parameters(model)} parameters, training on {device}")
@@ -342,10 +369,11 @@ def build_agent(
     if drills and recipe.drill_target:
         held_out = [copy_drills(t) for t in collect_demonstrations(recipe, val_seeds)]
         watched = {"id_reads_exact": [sft_example(chat, d) for ds in held_out for d in id_read_drills(ds)],
+                   "answered_values_exact": [e for ds in held_out for e in answered_value_examples(chat, tokenizer, ds)],
                    "said_values_exact": [sft_example(chat, d) for ds in held_out for d in said_value_drills(ds)]}
         probe = lambda m: {name: exact_final_turns(m, examples, tokenizer.pad_token_id) for name, examples in watched.items()}  # noqa: E731
-        log(f"drill check: {len(watched['id_reads_exact'])} id-read drills of the validation seeds "
-            f"({len(watched['said_values_exact'])} said-value drills watched)")
+        log(f"drill check: {len(watched['id_reads_exact'])} id-read drills and {len(watched['answered_values_exact'])} "
+            f"answered values of the validation seeds ({len(watched['said_values_exact'])} said-value drills watched)")
     history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress, drill_check=probe,
                         on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
     train_seconds = history["seconds"]
@@ -392,7 +420,7 @@ def train_sft(
     drill_check: Callable[[torch.nn.Module], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Masked next-token training: `recipe.drill_steps` steps of drill batches, then (with
-    `drill_check`, rates by name) 50 more at a time while its "id_reads_exact" < `recipe.drill_target`, at most
+    `drill_check`, rates by name) 50 more at a time while any of its `DRILL_GATES` < `recipe.drill_target`, at most
     `recipe.drill_extra_max`, at the learning rate the drills ended with; then `recipe.max_steps`
     steps of episode batches of which every `recipe.drill_every`-th is a drill batch instead (when
     there are drills). Returns losses, validation pass rates, drill checks, steps, tokens seen and
@@ -455,7 +483,7 @@ def train_sft(
         rates = drill_check(model)
         checks.append({"step": len(losses), **{name: round(rate, 4) for name, rate in rates.items()}})
         log(f"step {len(losses)}: held-out drills " + ", ".join(f"{name} {rate:.3f}" for name, rate in rates.items()))
-        return rates["id_reads_exact"]
+        return min(rates[name] for name in DRILL_GATES if name in rates)
 
     for scheduled in range(total):
         train_step(bool(drills) and is_drill_step(scheduled, drill_steps, recipe.drill_every), lr_at(scheduled))

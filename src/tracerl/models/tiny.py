@@ -21,6 +21,7 @@ def tiny_qwen3_config(
     max_position_embeddings: int = 2048,
     pad_token_id: int = 0,
     eos_token_id: int | None = None,
+    tie_word_embeddings: bool = True,
 ) -> Qwen3Config:
     return Qwen3Config(
         vocab_size=vocab_size,
@@ -31,7 +32,7 @@ def tiny_qwen3_config(
         num_key_value_heads=num_key_value_heads,
         head_dim=hidden_size // num_attention_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=pad_token_id,
         eos_token_id=eos_token_id,
         bos_token_id=None,
