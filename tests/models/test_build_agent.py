@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
+from tracerl.models.build_agent import (AgentRecipe, _collate, answered_value_examples, build_agent, collect_demonstrations, copied_values, copy_drills,
+                                        conversation_texts, drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
                                         length_grouped_batches, id_read_drills, said_value_drills, sft_example,
                                         shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
@@ -158,6 +158,29 @@ def test_a_write_is_drilled_from_the_request_that_names_its_ids():
     assert [m.content for m in drill.messages if m.role == "user"] == [opening, "yes", f"Please use {arguments['payment_id']}."]
 
 
+def test_answered_values_are_the_payment_and_the_date_the_user_gave_when_asked():
+    """Each example ends with the value's last token, its mask marking only that value in the final
+    turn; the values are exactly the user's answers ("Please use <id>.", "On <date>.")."""
+    from tracerl.models.templates import TINY_AGENT_TEMPLATE
+    from tracerl.models.tokenizer import train_tokenizer
+
+    demos = collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
+    tokenizer = train_tokenizer(conversation_texts(ChatFormat(train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)), demos), vocab_size=600,
+                                chat_template=TINY_AGENT_TEMPLATE, number_digits=3, json_keys=True)
+    chat = ChatFormat(tokenizer)
+    marked, answers = [], []
+    for t in demos:
+        drills = copy_drills(t)
+        for ids, mask in answered_value_examples(chat, tokenizer, drills):
+            assert len(ids) == len(mask) and mask[-1] == 1
+            marked.append(tokenizer.decode([i for i, m in zip(ids, mask) if m]))
+        answers += [m.content for d in drills for m in d.messages[-2:-1] if m.role == "user"]
+    asked = sorted(a.removeprefix("Please use ").removeprefix("On ").removesuffix(".") for a in set(answers)
+                   if a.startswith(("Please use ", "On ")))
+    assert {v[:5] for v in marked} >= {"gift_", "credi", "2024-"}
+    assert set(marked) == set(asked)
+
+
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():
     recipe = AgentRecipe(episodes=3, eval_tasks=2, drill_episodes=6)
     demos = collect_demonstrations(recipe, range(3))
@@ -213,6 +236,7 @@ def test_said_value_drills_end_with_a_text_saying_a_value_read_in_a_tool_result(
     ([0.1, 0.4, 0.9], 1000, 2 + 100 + 1, [2, 52, 102]),  # drills on until the check passes
     ([0.0] * 9, 70, 2 + 70 + 1, [2, 52, 72]),  # or until drill_extra_max
     ([0.0], 0, 2 + 1, [2]),
+    ([(0.9, 0.1), (0.9, 0.5), (0.95, 0.9)], 1000, 2 + 100 + 1, [2, 52, 102]),  # every gate must pass
 ])
 def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, checked_at):
     model = tiny_qwen3(tiny_qwen3_config(30, hidden_size=16, num_hidden_layers=1))
@@ -220,6 +244,10 @@ def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, che
     recipe = AgentRecipe(max_steps=1, drill_steps=2, drill_every=0, drill_target=0.8, drill_extra_max=extra_max,
                          drill_batch_size=1, batch_size=1, warmup_steps=1)
     answers = iter(checks)
-    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=lambda m: {"id_reads_exact": next(answers)})
+    def drill_check(_):
+        reads, answered = (check, 1.0) if isinstance(check := next(answers), float) else check
+        return {"id_reads_exact": reads, "answered_values_exact": answered, "said_values_exact": 0.0}  # the last only watched
+
+    history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=drill_check)
     assert history["steps"] == steps == len(history["losses"])
     assert [c["step"] for c in history["drill_checks"]] == checked_at
