@@ -120,14 +120,15 @@ def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(d
 CHANGE = "I will change this reservation to flight"
 
 
-def test_a_new_flight_is_drilled_from_the_request_whose_search_found_it():
+def test_a_new_flight_is_drilled_from_the_date_answer_whose_search_found_it():
     demo = next(t for t in collect_demonstrations(AgentRecipe(policy="oracle"), range(40))
                 if any(m.role == "assistant" and CHANGE in (m.content or "") for m in t.messages))
     confirmation = next(m for m in demo.messages if m.role == "assistant" and CHANGE in (m.content or ""))
     flight = next(v for _, v in copied_values(confirmation) if v.startswith("HAT"))
     [drill] = [d for d in copy_drills(demo) if d.messages[-1] == confirmation]
     assert any(m.role == "tool" and f'"flight_number": "{flight}"' in m.content for m in drill.messages)
-    assert drill.messages[0].role == "user" and any("change flight" in (m.content or "") for m in drill.messages if m.role == "user")
+    date = next(v for _, v in copied_values(confirmation) if v.startswith("2024-"))
+    assert drill.messages[0].role == "user" and drill.messages[0].content == f"On {date}."  # the date asked for before the search
 
 
 def test_copied_values_of_calls_and_texts():
