@@ -9,7 +9,7 @@ import pytest
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.envs.airline import AirlineEnv, generate_task, task_seeds
-from tracerl.envs.reference import FAULTS, PAYMENT_QUESTION, ScriptedAirlinePolicy
+from tracerl.envs.reference import DATE_QUESTION, FAULTS, PAYMENT_QUESTION, ScriptedAirlinePolicy
 from tracerl.envs.registry import POLICY_FACTORIES, make_env, make_policy
 from tracerl.envs.runner import Episode, rollout
 
@@ -48,6 +48,18 @@ def test_the_payment_id_is_asked_for_right_before_the_write_that_charges_it():
                 assert t.messages[i - 4].content.endswith("Do you confirm?")
                 assert [x.content for x in t.messages[i - 3: i]] == ["yes", PAYMENT_QUESTION, f"Please use {payment}."]
     assert writes >= 10
+
+
+def test_the_date_is_asked_for_right_before_a_flight_search():
+    """The oracle asks the date right before each flight search and searches the date the user answers."""
+    searches = 0
+    for t in _run("oracle", task_seeds("train", 40)):
+        for i, m in enumerate(t.messages):
+            if m.tool_calls and m.tool_calls[0].name == "search_direct_flight":
+                searches += 1
+                date = m.tool_calls[0].parsed_arguments()["date"]
+                assert [x.content for x in t.messages[i - 2: i]] == [DATE_QUESTION, f"On {date}."]
+    assert searches >= 5
 
 
 def _handled(task, drawn):
