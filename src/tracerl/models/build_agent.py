@@ -24,8 +24,11 @@ Why the drills: the first token of an id the agent must copy ("emma" of the user
 the rest. Trained on whole episodes (a 631-token system prompt, one such token per episode) a
 model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
 name; on short drills it forms within ~600 steps and then works with the system prompt too. The
-step it forms at varies with the seed (the shipped agent's by drill step 700; another seed's not
-by 1,700), hence the drill check (benchmarks/README.md, "One request at a time").
+step it forms at varies with the seed and the data (the shipped agent's by drill step 800; another
+seed's not by 1,700), hence the drill check (benchmarks/README.md, "One request at a time"). The
+values a user gives in answer to the agent's question (a payment id, a date) are copied from the
+message right before, yet formed later (the shipped agent's at 1,350; a build whose check did not
+wait for them wrote half of its payment ids at chance), so the check waits for them too.
 
 Faults drawn with probability above 1/2 become the student's greedy behaviour (recurring gaps);
 those below 1/2 mostly wash out under greedy decoding, leaving the student's own errors. A fault
