@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from tracerl.cli import main
-from tracerl.models.build_agent import (AgentRecipe, _collate, answered_value_examples, build_agent, collect_demonstrations, copied_values, copy_drills,
-                                        conversation_texts, drill_conversations, drill_kinds, exact_final_turns, final_turn_start, is_drill_step,
-                                        length_grouped_batches, id_read_drills, said_value_drills, sft_example,
-                                        shared_prefix_loss, train_sft)
+from tracerl.models.build_agent import (AgentRecipe, _collate, answered_value_examples, build_agent, collect_demonstrations,
+                                        conversation_texts, copied_values, copy_drills, drill_conversations, drill_kinds,
+                                        exact_final_turns, final_turn_start, id_read_drills, is_drill_step, length_grouped_batches,
+                                        said_value_drills, sft_example, shared_prefix_loss, train_sft)
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
-from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
+from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +166,9 @@ def test_answered_values_are_the_payment_and_the_date_the_user_gave_when_asked()
     from tracerl.models.tokenizer import train_tokenizer
 
     demos = collect_demonstrations(AgentRecipe(policy="oracle"), range(60))
-    tokenizer = train_tokenizer(conversation_texts(ChatFormat(train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)), demos), vocab_size=600,
-                                chat_template=TINY_AGENT_TEMPLATE, number_digits=3, json_keys=True)
+    bootstrap = ChatFormat(train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE))
+    tokenizer = train_tokenizer(conversation_texts(bootstrap, demos), vocab_size=600, chat_template=TINY_AGENT_TEMPLATE,
+                                number_digits=3, json_keys=True)
     chat = ChatFormat(tokenizer)
     marked, answers = [], []
     for t in demos:
@@ -204,6 +205,14 @@ class _NextId(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask=None):
         return type("Out", (), {"logits": torch.nn.functional.one_hot((input_ids + 1) % 20, 20).float()})
+
+
+def test_untied_embeddings_give_the_output_layer_its_own_weights():
+    tied = tiny_qwen3(tiny_qwen3_config(30, hidden_size=16, num_hidden_layers=1))
+    untied = tiny_qwen3(tiny_qwen3_config(30, hidden_size=16, num_hidden_layers=1, tie_word_embeddings=False))
+    assert tied.lm_head.weight is tied.get_input_embeddings().weight
+    assert untied.lm_head.weight is not untied.get_input_embeddings().weight
+    assert count_parameters(untied) - count_parameters(tied) == 30 * 16
 
 
 def test_exact_final_turns_judges_only_the_last_assistant_turn():

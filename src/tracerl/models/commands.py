@@ -23,7 +23,8 @@ def build_agent_command(
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
     drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
-    drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out id reads and of the values the user answered is copied exactly (0: no check).")] = 0.95,
+    drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out id reads and of "
+                                                   "the values the user answered is copied exactly (0: no check).")] = 0.95,
     drill_extra_max: Annotated[int, typer.Option(help="At most this many drill steps more.")] = 1000,
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
     drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 4000,
@@ -67,7 +68,8 @@ def build_agent_command(
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
-                         vocab_size=vocab_size, number_digits=number_digits, json_keys=json_keys, tie_embeddings=not untied_embeddings, eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
+                         vocab_size=vocab_size, number_digits=number_digits, json_keys=json_keys, tie_embeddings=not untied_embeddings,
+                         eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
     command = "tracerl " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["build-agent"] else "tracerl build-agent"
     console = Console(stderr=True)
