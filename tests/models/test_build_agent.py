@@ -177,10 +177,10 @@ def test_answered_values_are_the_payment_and_the_date_the_user_gave_when_asked()
             assert len(ids) == len(mask) and mask[-1] == 1
             marked.append(tokenizer.decode([i for i, m in zip(ids, mask) if m]))
         answers += [m.content for d in drills for m in d.messages[-2:-1] if m.role == "user"]
-    asked = sorted(a.removeprefix("Please use ").removeprefix("On ").removesuffix(".") for a in set(answers)
-                   if a.startswith(("Please use ", "On ")))
+    asked = {a.removeprefix("Please use ").removeprefix("On ").removesuffix(".") for a in answers
+             if a.startswith(("Please use ", "On "))}
     assert {v[:5] for v in marked} >= {"gift_", "credi", "2024-"}
-    assert set(marked) == set(asked)
+    assert set(marked) == asked
 
 
 def test_drills_come_from_the_training_episodes_then_from_seeds_after_the_validation_ones():
@@ -254,8 +254,10 @@ def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, che
     recipe = AgentRecipe(max_steps=1, drill_steps=2, drill_every=0, drill_target=0.8, drill_extra_max=extra_max,
                          drill_batch_size=1, batch_size=1, warmup_steps=1)
     answers = iter(checks)
+
     def drill_check(_):
-        reads, answered = (check, 1.0) if isinstance(check := next(answers), float) else check
+        check = next(answers)
+        reads, answered = check if isinstance(check, tuple) else (check, 1.0)
         return {"id_reads_exact": reads, "answered_values_exact": answered, "said_values_exact": 0.0}  # the last only watched
 
     history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=drill_check)

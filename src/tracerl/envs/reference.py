@@ -172,10 +172,6 @@ class _Script:
         self.count += 1
         self.messages.append(Message.assistant(tool_calls=[ToolCall.make(action.name, action.arguments, f"call_{self.count}")]))
 
-    def calls(self, actions: list[Action]) -> None:
-        for action in actions:
-            self.call(action)
-
     def reads(self, actions: list[Action]) -> None:
         """The reads, a flight search after asking the user for the date (copied from the answer)."""
         for action in actions:

@@ -198,11 +198,16 @@ def copied_values(message: Message) -> list[tuple[str | None, str]]:
     return values
 
 
+def whole_word(value: str) -> re.Pattern[str]:
+    """`value` as a whole word: not inside a longer id or word ("owl" is not in "owl_pine")."""
+    return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
+
+
 def _source(before: list[Message], name: str | None, value: str) -> int | None:
     """Where `value` was read: the latest user message that says it or tool result that gives it
     under the same key (`"reservation_id": "owl_pine"`), else (a value only listed among others, as
     a user's payment methods are) the latest user or tool message holding it as a whole word."""
-    word = re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
+    word = whole_word(value)
     holders = [i for i, m in enumerate(before) if m.role in ("user", "tool") and word.search(m.content or "")]
     keyed = (f'"{name}": "{value}"', f'"{name}": {value}') if name else ()
     named = [i for i in holders if before[i].role == "user" or any(k in (before[i].content or "") for k in keyed)]
@@ -245,7 +250,7 @@ def answered_value_examples(chat: ChatFormat, tokenizer: Any, drills: list[Traje
         ids, mask = sft_example(chat, drill)
         start = final_turn_start(mask)
         for _, value in copied_values(turn):
-            if not re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", answer.content or ""):
+            if not whole_word(value).search(answer.content or ""):
                 continue
             span = tokenizer(value, add_special_tokens=False)["input_ids"]
             at = next((i for i in range(start, len(ids) - len(span) + 1) if ids[i:i + len(span)] == span), None)
