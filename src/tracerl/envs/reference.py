@@ -1,7 +1,8 @@
 """Reference policies that need no model: `oracle` and `flawed` (the oracle with planted faults).
 
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
-then for each request read the reservation (and search flights for a change), check the rule,
+then for each request read the reservation (and search flights for a change), say the rule check
+(each condition of a cancellation or compensation rule answered in turn, `SubTask.check`), then
 state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
 to use when the write charges one (the user names the id again: a small model copies an id from
 the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
@@ -12,9 +13,13 @@ Their episodes have a model's shape: one tool call (with an id) or one text per 
 `flawed` plants four faults, each drawn once per episode with its own probability, seeded by
 (policy seed, task seed) — reproducible and independent of batching:
 
-- `p1` skip_precondition: perform forbidden requests anyway, after the reads an allowed one gets
-  (a cancellation the records forbid; a change of a basic_economy booking; a certificate nobody
-  is owed) — the rule is ignored, never the read, so no demonstration writes on an unread record;
+- `p1` skip_precondition: skip the rule check (`SubTask.check`, said before deciding a cancellation
+  or a compensation) in every request of the episode, and perform forbidden requests anyway, after
+  the reads an allowed one gets (a cancellation the records forbid; a change of a basic_economy
+  booking; a certificate nobody is owed) — the rule is ignored, never the read, so no
+  demonstration writes on an unread record. A student of p1 > 1/2 skips the check under greedy
+  decoding and samples it at about 1 − p1: a decision that rests on a check it says, one condition
+  at a time, instead of one it must make at a glance, and a behaviour GRPO can make greedy;
 - `p2` stop_early: close after the first of several requests instead of asking for the next;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
   meets the constraint, bags ignoring the free allowance, a wrong certificate amount) — each a
@@ -119,17 +124,22 @@ class ScriptedAirlinePolicy:
             planted.append("corrupt_argument")
         scoped_corruption = self.scopes[FAULTS.index("corrupt_argument")] is not None
 
+        def checked(i: int, text: str) -> str:
+            """`text` after the rule check, unless the episode skips the rule (`skip_precondition`)."""
+            skip = "skip_precondition" in drawn and self.in_scope("skip_precondition", handled[i])
+            return text if skip or not handled[i].check else f"{handled[i].check} {text}"
+
         script = _Script()
         script.say(GREETING)
         script.call(Action(name="get_user_details", arguments={"user_id": task.user_id}))
         for i, sub in enumerate(handled):
             if not sub.allowed and i not in ignored:
                 script.reads(sub.reads)
-                script.say(f"{sub.say} {NEXT_REQUEST}")
+                script.say(checked(i, f"{sub.say} {NEXT_REQUEST}"))
                 continue
             reads, writes, text = _variant(sub, mispick == i)
             script.reads(reads)
-            script.say(text)
+            script.say(checked(i, text))
             if any("payment_id" in w.arguments for w in writes):
                 script.say(PAYMENT_QUESTION)
             for j, write in enumerate(writes):
@@ -139,7 +149,7 @@ class ScriptedAirlinePolicy:
             script.say(NEXT_REQUEST)
         if stop_early:
             script.messages[-1] = Message.assistant(CLOSING if handled[0].allowed or 0 in ignored
-                                                    else f"{handled[0].say} {CLOSING}")
+                                                    else checked(0, f"{handled[0].say} {CLOSING}"))
         return script.messages, drawn, planted
 
 

@@ -65,6 +65,37 @@ def cancel_rule(db: AirlineDB, reservation: Reservation, reason: str) -> tuple[b
     return False, "no cancellation rule applies"
 
 
+def cancel_check(db: AirlineDB, reservation: Reservation, reason: str) -> str:
+    """The rule check said before deciding a cancellation: `cancel_rule`'s conditions in its order,
+    each answered, up to the one that decides ("Check: flown no, booked in the last 24 hours yes.")."""
+    statuses = flight_statuses(db, reservation)
+    return _check([("flown", "landed" in statuses, True),
+                   ("booked in the last 24 hours", booked_within_24h(reservation.created_at), True),
+                   ("cancelled by the airline", "cancelled" in statuses, True),
+                   ("business", reservation.cabin == "business", True),
+                   ("insured for the reason", reservation.insurance == "yes" and reason in COVERED_REASONS, True)])
+
+
+def compensation_check(db: AirlineDB, user: User, reservation: Reservation) -> str:
+    """The rule check said before deciding a compensation, as `cancel_check` ("Check: a flight
+    cancelled yes, silver or gold no, insured yes.")."""
+    return _check([("a flight cancelled", "cancelled" in flight_statuses(db, reservation), False),
+                   ("silver or gold", user.membership in ("silver", "gold"), True),
+                   ("insured", reservation.insurance == "yes", True),
+                   ("business", reservation.cabin == "business", True)])
+
+
+def _check(conditions: list[tuple[str, bool, bool]]) -> str:
+    """'Check: a yes, b no.' — (label, holds, decides_when): answered in order up to the first
+    condition whose answer decides (`holds == decides_when`)."""
+    said = []
+    for label, holds, decides_when in conditions:
+        said.append(f"{label} {'yes' if holds else 'no'}")
+        if holds == decides_when:
+            break
+    return "Check: " + ", ".join(said) + "."
+
+
 def change_rule(reservation: Reservation) -> tuple[bool, str]:
     if reservation.cabin == "basic_economy":
         return False, "basic_economy cannot be changed"

@@ -41,7 +41,8 @@ from tracerl.envs.airline.data_model import (
     AirlineDB, Flight, Passenger, Payment, PaymentMethod, Reservation, ReservedFlight, User,
 )
 from tracerl.envs.airline.policy import (
-    BAG_FEE, CERTIFICATE_PER_PASSENGER, NOW, cancel_rule, change_rule, compensation_rule, free_bags,
+    BAG_FEE, CERTIFICATE_PER_PASSENGER, NOW, cancel_check, cancel_rule, change_rule, compensation_check, compensation_rule,
+    free_bags,
 )
 
 TRAIN_SEEDS = range(0, 100_000)
@@ -115,6 +116,7 @@ class SubTask(BaseModel):
     communicate: list[str]
     reasoning_args: list[str]  # arguments of writes[0] whose value is chosen or computed from records
     say: str  # the oracle's confirmation (allowed) or refusal (forbidden)
+    check: str = ""  # the rule check the oracle says before `say` (cancel, certificate; see policy.cancel_check)
     mispick_writes: list[Action] | None = None  # structured-reasoning fault: a wrong pick / amount (a cancellation has none)
     mispick_say: str | None = None
     anyway_reads: list[Action] = Field(default_factory=list)  # precondition fault: reads made when ignoring the rule
@@ -333,14 +335,16 @@ class _Builder:
         read = Action(name="get_reservation_details", arguments={"reservation_id": rid})
         write = Action(name="cancel_reservation", arguments={"reservation_id": rid})
         request = f"cancel reservation {rid} because of {REASONS[reason]}"
+        check = cancel_check(self.db, reservation, reason)
         if not allowed:
             return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot cancel this reservation: {rule}.",
+                           say=f"Sorry, I cannot cancel this reservation: {rule}.", check=check,
                            anyway_reads=[read], anyway_writes=[write],
                            anyway_say="I will cancel this reservation. Do you confirm?")
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
-                       writes=[write], communicate=[], reasoning_args=[], say="I will cancel this reservation. Do you confirm?")
+                       writes=[write], communicate=[], reasoning_args=[], say="I will cancel this reservation. Do you confirm?",
+                       check=check)
 
     def change(self, user: User, allowed: bool) -> SubTask:
         rng = self.rng
@@ -475,15 +479,16 @@ class _Builder:
             return f"I will send you a certificate of {value} dollars. Do you confirm?"
 
         request = f"get compensation for the cancelled flight in reservation {rid}"
+        check = compensation_check(self.db, user, reservation)
         if not allowed:
             return SubTask(kind="certificate", reservation_id=rid, allowed=False, rule=rule, request=request, reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot offer compensation for this reservation: {rule}.",
+                           say=f"Sorry, I cannot offer compensation for this reservation: {rule}.", check=check,
                            anyway_reads=[read], anyway_writes=[write(amount)], anyway_say=say(amount))
         wrong = _wrong_number(amount, [50 * n, amount + 100])
         return SubTask(kind="certificate", reservation_id=rid, allowed=True, rule=rule, request=request, reads=[read],
                        writes=[write(amount)], communicate=[str(amount)], reasoning_args=["amount"], say=say(amount),
-                       mispick_writes=[write(wrong)], mispick_say=say(wrong))
+                       check=check, mispick_writes=[write(wrong)], mispick_say=say(wrong))
 
     # --- the task --------------------------------------------------------------------------
     def build(self) -> AirlineTask:
