@@ -5,7 +5,9 @@ import pytest
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.envs.airline import POLICY, TEST_SEEDS, TRAIN_SEEDS, AirlineEnv, generate_task, split_of, task_seeds
 from tracerl.envs.airline.env import replay
-from tracerl.envs.airline.policy import booked_within_24h, cancel_rule, compensation_rule, free_bags
+from tracerl.envs.airline.policy import (
+    booked_within_24h, cancel_check, cancel_rule, compensation_check, compensation_rule, free_bags,
+)
 from tracerl.envs.airline.tasks import RESERVATION_ID
 from tracerl.envs.airline.tools import AirlineTools
 from tracerl.envs.airline.user import ScriptedUser
@@ -54,6 +56,43 @@ def test_compensation_rules():
     assert not compensation_rule(db, user, res)[0]
     res.insurance = "yes"
     assert compensation_rule(db, user, res)[0]
+
+
+def test_rule_checks_answer_each_condition_up_to_the_deciding_one():
+    db = _db()
+    user, res = db.users["mia_lee_123"], db.reservations["ABC123"]  # old, economy, no insurance, nothing cancelled
+    assert cancel_check(db, res, "health") == ("Check: flown no, booked in the last 24 hours no, cancelled by the airline no, "
+                                              "business no, insured for the reason no.")
+    res.insurance = "yes"
+    assert cancel_check(db, res, "health").endswith("business no, insured for the reason yes.")
+    assert cancel_check(db, res, "change_of_plan").endswith("insured for the reason no.")
+    res.created_at = "2024-05-15 12:00"
+    assert cancel_check(db, res, "health") == "Check: flown no, booked in the last 24 hours yes."
+    db.flights["HAT100@2024-05-20"].status = "landed"
+    assert cancel_check(db, res, "health") == "Check: flown yes."
+    db = _db()
+    user, res = db.users["mia_lee_123"], db.reservations["ABC123"]
+    assert compensation_check(db, user, res) == "Check: a flight cancelled no."
+    db.flights["HAT100@2024-05-20"].status = "cancelled"
+    assert compensation_check(db, user, res) == "Check: a flight cancelled yes, silver or gold yes."
+    user.membership = "regular"
+    assert compensation_check(db, user, res) == "Check: a flight cancelled yes, silver or gold no, insured no, business no."
+
+
+def test_every_rule_check_ends_in_its_requests_decision():
+    """The last answer of a check decides as the rule does: a forbidding condition (flown, no flight
+    cancelled) or every condition 'no' refuses; an allowing 'yes' allows."""
+    checked = 0
+    for seed in task_seeds("train", 300):
+        for sub in generate_task(seed).subtasks:
+            if sub.kind not in ("cancel", "certificate"):
+                assert not sub.check
+                continue
+            last = sub.check.removeprefix("Check: ").rstrip(".").split(", ")[-1]
+            forbids = last in ("flown yes", "a flight cancelled no") or last.endswith(" no")
+            assert forbids == (not sub.allowed), (seed, sub.check, sub.rule)
+            checked += 1
+    assert checked > 100
 
 
 def test_policy_text_states_the_numbers_the_code_uses():

@@ -154,6 +154,20 @@ def test_skip_precondition_makes_forbidden_writes():
     assert ignored_kinds == {"cancel", "change", "certificate"}
 
 
+def test_the_rule_check_is_said_unless_the_episode_skips_the_rule():
+    """The oracle says each cancellation's and compensation's check before deciding; an episode that
+    drew skip_precondition says none, on allowed requests too, so a student samples it at 1 − p1."""
+    checks = {True: 0, False: 0}
+    for t in _run("flawed:0.5,0,0,0", task_seeds("train", 200), seed=3):
+        task = generate_task(t.seed)
+        skipped = "skip_precondition" in t.info["faults"]["drawn"]
+        said = [m.content for m in t.messages if m.role == "assistant" and m.content and m.content.startswith("Check:")]
+        expected = [] if skipped else [s.check for s in task.subtasks if s.check]
+        assert [c[: len(e)] for c, e in zip(said, expected, strict=False)] == expected and len(said) == len(expected)
+        checks[skipped] += any(s.check for s in task.subtasks)
+    assert checks[True] > 20 and checks[False] > 20
+
+
 def test_stop_early_leaves_requests_undone():
     planted = _only("stop_early", SEEDS)
     assert len(planted) >= 10
