@@ -88,7 +88,7 @@ class ScriptedAirlinePolicy:
             task = session.info.get("_task")
             if not isinstance(task, AirlineTask):
                 raise TypeError("the scripted airline policies need info['_task'] from the airline environment")
-            messages, drawn, planted = self.plan(task)
+            messages, drawn, planted = self.plan(task, hinted="_hint" in session.info)
             session.state = {"plan": messages, "next": 0}
             if any(self.rates):
                 session.info["faults"] = {"drawn": drawn, "planted": planted}
@@ -96,10 +96,12 @@ class ScriptedAirlinePolicy:
         session.state["next"] = index + 1
         return plan[index] if index < len(plan) else Message.assistant(CLOSING)
 
-    def plan(self, task: AirlineTask) -> tuple[list[Message], list[str], list[str]]:
-        """The assistant messages of the whole episode, the faults drawn and those planted."""
+    def plan(self, task: AirlineTask, hinted: bool = False) -> tuple[list[Message], list[str], list[str]]:
+        """The assistant messages of the whole episode, the faults drawn and those planted. An episode
+        with the expert guidance (`hinted`) follows it: skip_precondition is never drawn there."""
         rng = random.Random(f"tracerl-flawed-{self.seed}-{task.seed}")
-        drawn = [name for name, p in zip(FAULTS, self.rates, strict=True) if rng.random() < p]
+        drawn = [name for name, p in zip(FAULTS, self.rates, strict=True)
+                 if rng.random() < p and not (hinted and name == "skip_precondition")]
         subs = task.subtasks
         stop_early = "stop_early" in drawn and len(subs) > 1
         handled = subs[:1] if stop_early else subs

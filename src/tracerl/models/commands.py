@@ -21,6 +21,8 @@ def build_agent_command(
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
     policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4 (a rate may be scoped to a request kind: 1@cancel).")] = "flawed:0.6,0.6,0.2,0.2",
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
+    hinted_share: Annotated[float, typer.Option(help="Share of them played with the domain's expert guidance in the system prompt, "
+                                                    "which the teacher follows (never skipping the rule).")] = 0.0,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
     drill_steps: Annotated[int, typer.Option(help="Optimizer steps on id drills before the episodes (0: none).")] = 700,
     drill_target: Annotated[float, typer.Option(help="Then drill on, 50 steps at a time, until this share of the held-out id reads and of "
@@ -55,8 +57,9 @@ def build_agent_command(
             raise InputError(f"{flag} must be at least 1, got {value}")
     if not 1 <= number_digits <= MAX_NUMBER_DIGITS:
         raise InputError(f"--number-digits must be 1, 2 or 3, got {number_digits}")
-    if not 0 <= drill_target <= 1:
-        raise InputError(f"--drill-target must be between 0 and 1, got {drill_target}")
+    for flag, share in (("--drill-target", drill_target), ("--hinted-share", hinted_share)):
+        if not 0 <= share <= 1:
+            raise InputError(f"{flag} must be between 0 and 1, got {share}")
     for flag, value in (("--drill-steps", drill_steps), ("--drill-every", drill_every), ("--drill-episodes", drill_episodes),
                         ("--drill-extra-max", drill_extra_max)):
         if value < 0:
@@ -64,7 +67,7 @@ def build_agent_command(
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
-    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, max_steps=steps, batch_size=batch_size,
+    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, hinted_share=hinted_share, max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,

@@ -16,7 +16,7 @@ from typing import Any
 from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.data_model import AirlineDB
-from tracerl.envs.airline.policy import POLICY
+from tracerl.envs.airline.policy import HINT, POLICY, with_hint
 from tracerl.envs.airline.tasks import SPLITS, AirlineTask, generate_task, task_seeds
 from tracerl.envs.airline.tools import AirlineTools
 from tracerl.envs.airline.user import ScriptedUser
@@ -52,9 +52,13 @@ class AirlineEnv(ToolEnv):
         self.task = generate_task(seed)
         self.user = ScriptedUser.for_airline(self.task)
         self._tools.bind(_copy(self.task.db))
-        opening = [Message.system(POLICY), Message.user(self.user.opening())]
+        plain = [Message.system(POLICY), Message.user(self.user.opening())]
+        hinted = bool(options.get("hint"))
+        opening = [Message.system(with_hint(POLICY, HINT)), plain[1]] if hinted else plain
         info = self.task.info()
         info["_task"] = self.task
+        if hinted:
+            info.update({"_hint": HINT, "_prompt_without_hint": plain})
         return self._tools, opening, info
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:

@@ -29,6 +29,16 @@ Bags: free bags per passenger are basic_economy 0, economy 1, business 2, plus 1
 Compensation: only when asked, only for a cancelled flight, and only if the user is silver or gold, has insurance, or flies business. Send a certificate of {CERTIFICATE_PER_PASSENGER} x passengers.
 Tell the user every amount. {NEXT_REQUEST_RULE}"""
 
+# The expert guidance an episode may carry (option `hint`): how to go about a request, never its decision.
+HINT = ("Before changing a reservation, look it up with get_reservation_details and compare it with the policy's rule "
+        "for the request. Act only if the rule allows it; otherwise make no change and tell the user why.")
+
+
+def with_hint(system: str, hint: str) -> str:
+    """A system prompt with its expert-guidance section (the capability templates' layout)."""
+    return f"{system}\n\n## Expert guidance\n{hint}"
+
+
 _FREE_BAGS = {"basic_economy": 0, "economy": 1, "business": 2}
 _MEMBER_BONUS = {"regular": 0, "silver": 1, "gold": 2}
 

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 from tracerl.core.messages import Action, Message, canonical_json
 from tracerl.core.tools import ToolSchema
-from tracerl.envs.airline.policy import NEXT_REQUEST_RULE
+from tracerl.envs.airline.policy import NEXT_REQUEST_RULE, with_hint
 from tracerl.envs.airline.user import ScriptedUser
 from tracerl.envs.base import ToolEnv
 from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
@@ -208,9 +208,8 @@ class TemplateEnv(ToolEnv):
         lines += list(target.closing)
         if not any(NEXT_REQUEST_RULE in line for line in lines):  # the user gives its requests one at a time
             lines.append(NEXT_REQUEST_RULE)
-        if hint:
-            lines += ["", "## Expert guidance", task.hint]
-        return "\n".join(lines)
+        text = "\n".join(lines)
+        return with_hint(text, task.hint) if hint else text
 
     def _setup(self, seed: int, options: dict[str, Any]) -> tuple[Toolbox, list[Message], dict[str, Any]]:
         task = self.task(seed)
