@@ -6,7 +6,7 @@ from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.envs.airline import POLICY, TEST_SEEDS, TRAIN_SEEDS, AirlineEnv, generate_task, split_of, task_seeds
 from tracerl.envs.airline.env import replay
 from tracerl.envs.airline.policy import (
-    booked_within_24h, cancel_check, cancel_rule, compensation_check, compensation_rule, free_bags,
+    HINT, booked_within_24h, cancel_check, cancel_rule, compensation_check, compensation_rule, free_bags,
 )
 from tracerl.envs.airline.tasks import RESERVATION_ID
 from tracerl.envs.airline.tools import AirlineTools
@@ -93,6 +93,15 @@ def test_every_rule_check_ends_in_its_requests_decision():
             assert forbids == (not sub.allowed), (seed, sub.check, sub.rule)
             checked += 1
     assert checked > 100
+
+
+def test_a_hinted_episode_has_the_guidance_and_the_plain_opening_beside_it():
+    env = AirlineEnv()
+    plain, _ = env.reset(seed=7)
+    hinted, info = env.reset(seed=7, options={"hint": True})
+    assert hinted[0].content == POLICY + "\n\n## Expert guidance\n" + HINT and hinted[1] == plain[1]
+    assert info["_prompt_without_hint"] == plain and info["_hint"] == HINT
+    assert "_hint" not in env.reset(seed=7)[1]
 
 
 def test_policy_text_states_the_numbers_the_code_uses():

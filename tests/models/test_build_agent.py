@@ -93,6 +93,8 @@ def test_build_agent_bad_input_exits_2(capsys):
     assert main(["build-agent", "--steps", "0"]) == 2
     assert main(["build-agent", "--number-digits", "4"]) == 2
     assert "--number-digits must be 1, 2 or 3" in capsys.readouterr().err
+    assert main(["build-agent", "--hinted-share", "1.5"]) == 2
+    assert "--hinted-share must be between 0 and 1" in capsys.readouterr().err
     assert main(["build-agent", "--device", "teapot"]) == 2
     assert "not a torch device" in capsys.readouterr().err
 
@@ -101,6 +103,20 @@ def test_build_agent_bad_input_exits_2(capsys):
 def test_build_agent_on_a_missing_gpu_exits_2(capsys):
     assert main(["build-agent", "--device", "cuda"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_hinted_demonstrations_carry_the_guidance_and_follow_it():
+    """About the share asked for, seeded; a hinted episode never skips the rule, so with p1 = 1 the
+    hinted ones check and pass where the others do forbidden requests anyway."""
+    recipe = AgentRecipe(seed=2, policy="flawed:1,0,0,0", hinted_share=0.5)
+    demos = collect_demonstrations(recipe, range(120))
+    hinted = [t for t in demos if "## Expert guidance" in t.messages[0].content]
+    assert {t.seed for t in hinted} == {t.seed for t in collect_demonstrations(recipe, range(120)) if t.info.get("hint")}
+    assert 40 <= len(hinted) <= 80
+    checks = lambda t: any(m.content and m.content.startswith("Check:") for m in t.messages)  # noqa: E731
+    assert all(t.passed for t in hinted) and sum(map(checks, hinted)) >= 20
+    plain = [t for t in demos if t not in hinted]
+    assert not any(map(checks, plain)) and not all(t.passed for t in plain)
 
 
 def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(demos):
