@@ -155,10 +155,13 @@ def test_skip_precondition_makes_forbidden_writes():
 
 
 def test_the_rule_check_is_said_unless_the_episode_skips_the_rule():
-    """The oracle says each cancellation's and compensation's check before deciding; an episode that
-    drew skip_precondition says none, on allowed requests too, so a student samples it at 1 − p1."""
+    """With rule_check the teacher says each cancellation's and compensation's check before deciding;
+    an episode that drew skip_precondition says none, on allowed requests too."""
     checks = {True: 0, False: 0}
-    for t in _run("flawed:0.5,0,0,0", task_seeds("train", 200), seed=3):
+    assert not any(m.content and m.content.startswith("Check:") for t in _run("oracle", task_seeds("train", 40))
+                   for m in t.messages)  # only with rule_check
+    policy = make_policy("flawed:0.5,0,0,0", seed=3, rule_check=True)
+    for t in rollout(lambda: make_env("airline"), policy, [Episode(seed=s) for s in task_seeds("train", 200)]):
         task = generate_task(t.seed)
         skipped = "skip_precondition" in t.info["faults"]["drawn"]
         said = [m.content for m in t.messages if m.role == "assistant" and m.content and m.content.startswith("Check:")]

@@ -108,7 +108,7 @@ def test_build_agent_on_a_missing_gpu_exits_2(capsys):
 def test_hinted_demonstrations_carry_the_guidance_and_follow_it():
     """About the share asked for, seeded; a hinted episode never skips the rule, so with p1 = 1 the
     hinted ones check and pass where the others do forbidden requests anyway."""
-    recipe = AgentRecipe(seed=2, policy="flawed:1,0,0,0", hinted_share=0.5)
+    recipe = AgentRecipe(seed=2, policy="flawed:1,0,0,0", rule_check=True, hinted_share=0.5)
     demos = collect_demonstrations(recipe, range(120))
     hinted = [t for t in demos if "## Expert guidance" in t.messages[0].content]
     assert {t.seed for t in hinted} == {t.seed for t in collect_demonstrations(recipe, range(120)) if t.info.get("hint")}

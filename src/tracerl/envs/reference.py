@@ -1,9 +1,9 @@
 """Reference policies that need no model: `oracle` and `flawed` (the oracle with planted faults).
 
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
-then for each request read the reservation (and search flights for a change), say the rule check
-(each condition of a cancellation or compensation rule answered in turn, `SubTask.check`), then
-state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
+then for each request read the reservation (and search flights for a change), check the rule
+(with `rule_check`, aloud: each condition of a cancellation or compensation rule answered in turn,
+`SubTask.check`), state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
 to use when the write charges one (the user names the id again: a small model copies an id from
 the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
 and ask for the next request; refuse forbidden requests (asking for the next one in the same
@@ -13,13 +13,11 @@ Their episodes have a model's shape: one tool call (with an id) or one text per 
 `flawed` plants four faults, each drawn once per episode with its own probability, seeded by
 (policy seed, task seed) — reproducible and independent of batching:
 
-- `p1` skip_precondition: skip the rule check (`SubTask.check`, said before deciding a cancellation
-  or a compensation) in every request of the episode, and perform forbidden requests anyway, after
-  the reads an allowed one gets (a cancellation the records forbid; a change of a basic_economy
-  booking; a certificate nobody is owed) — the rule is ignored, never the read, so no
-  demonstration writes on an unread record. A student of p1 > 1/2 skips the check under greedy
-  decoding and samples it at about 1 − p1: a decision that rests on a check it says, one condition
-  at a time, instead of one it must make at a glance, and a behaviour GRPO can make greedy;
+- `p1` skip_precondition: perform forbidden requests anyway, after the reads an allowed one gets
+  (a cancellation the records forbid; a change of a basic_economy booking; a certificate nobody
+  is owed) — the rule is ignored, never the read, so no demonstration writes on an unread record.
+  With `rule_check` the episode says no rule check either, on allowed requests too: the check is
+  then a behaviour the demonstrations show at 1 − p1 whatever the request, not a sign of refusal;
 - `p2` stop_early: close after the first of several requests instead of asking for the next;
 - `p3` mispick: in one request, pick the wrong record or amount (not the cheapest flight that
   meets the constraint, bags ignoring the free allowance, a wrong certificate amount) — each a
@@ -65,7 +63,7 @@ class ScriptedAirlinePolicy:
     """The oracle (`rates` all 0) or a flawed oracle; `rates` = (p1, p2, p3, p4)."""
 
     def __init__(self, rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), seed: int = 0,
-                 scopes: tuple[str | None, ...] = (None, None, None, None)):
+                 scopes: tuple[str | None, ...] = (None, None, None, None), rule_check: bool = False):
         if len(rates) != len(FAULTS) or not all(0.0 <= p <= 1.0 for p in rates):
             raise ValueError(f"rates must be {len(FAULTS)} probabilities in [0, 1], got {rates}")
         if len(scopes) != len(FAULTS) or any(k is not None and k not in SUBTASK_KINDS for k in scopes) or scopes[1]:
@@ -73,8 +71,10 @@ class ScriptedAirlinePolicy:
         self.rates = tuple(float(p) for p in rates)
         self.scopes = tuple(scopes)
         self.seed = int(seed)
-        self.name = "oracle" if not any(self.rates) else "flawed:" + ",".join(
-            f"{p:g}" + (f"@{k}" if k else "") for p, k in zip(self.rates, self.scopes, strict=True))
+        self.rule_check = bool(rule_check)
+        self.name = ("oracle" if not any(self.rates) else "flawed:" + ",".join(
+            f"{p:g}" + (f"@{k}" if k else "") for p, k in zip(self.rates, self.scopes, strict=True))) + (
+            " with rule checks" if rule_check else "")
 
     def in_scope(self, fault: str, sub: SubTask) -> bool:
         scope = self.scopes[FAULTS.index(fault)]
@@ -127,9 +127,9 @@ class ScriptedAirlinePolicy:
         scoped_corruption = self.scopes[FAULTS.index("corrupt_argument")] is not None
 
         def checked(i: int, text: str) -> str:
-            """`text` after the rule check, unless the episode skips the rule (`skip_precondition`)."""
+            """`text` after the rule check (`rule_check`), unless the episode skips the rule (`skip_precondition`)."""
             skip = "skip_precondition" in drawn and self.in_scope("skip_precondition", handled[i])
-            return text if skip or not handled[i].check else f"{handled[i].check} {text}"
+            return text if skip or not (self.rule_check and handled[i].check) else f"{handled[i].check} {text}"
 
         script = _Script()
         script.say(GREETING)
@@ -241,18 +241,18 @@ def _typo(value: str, known: set[str], rng: random.Random) -> str:
             return new
 
 
-def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAirlinePolicy:
+def scripted_policy_from_spec(spec: str, seed: int = 0, rule_check: bool = False, **_: Any) -> ScriptedAirlinePolicy:
     """'oracle' or 'flawed' / 'flawed:p1[,p2[,p3[,p4]]]' (missing rates are 0; bare 'flawed' = 0.25 each);
     a rate may name the sub-task kind it is scoped to: 'flawed:1@cancel,1,1@change,1@bags'."""
     name, _, args = spec.partition(":")
     if name == "oracle":
         if args:
             raise ValueError("'oracle' takes no parameters")
-        return ScriptedAirlinePolicy(seed=seed)
+        return ScriptedAirlinePolicy(seed=seed, rule_check=rule_check)
     if name != "flawed":
         raise ValueError(f"not a scripted policy: '{spec}'")
     if not args:
-        return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed)
+        return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed, rule_check=rule_check)
     parts = [p.partition("@") for p in args.split(",")]
     if len(parts) > len(FAULTS):
         raise ValueError(f"'flawed' takes at most {len(FAULTS)} rates (p1..p4), got {len(parts)}")
@@ -270,7 +270,8 @@ def scripted_policy_from_spec(spec: str, seed: int = 0, **_: Any) -> ScriptedAir
             raise ValueError(f"'flawed' rate p{i} = {p:g} is outside [0, 1]")
     rates += [0.0] * (len(FAULTS) - len(rates))
     scopes += [None] * (len(FAULTS) - len(scopes))
-    return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed, scopes=tuple(scopes))
+    return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed, scopes=tuple(scopes),
+                                 rule_check=rule_check)
 
 
 DEFAULT_FLAWED_RATES = (0.25, 0.25, 0.25, 0.25)

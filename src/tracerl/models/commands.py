@@ -21,6 +21,8 @@ def build_agent_command(
     seed: Annotated[int, typer.Option(help="Seed of the demonstrations, initialisation and batch order.")] = 0,
     policy: Annotated[str, typer.Option(help="Teacher: a flawed reference policy spec flawed:p1,p2,p3,p4 (a rate may be scoped to a request kind: 1@cancel).")] = "flawed:0.6,0.6,0.2,0.2",
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
+    rule_check: Annotated[bool, typer.Option(help="The teacher says its rule check before deciding a cancellation or compensation "
+                                                  "(each condition answered in turn).")] = False,
     hinted_share: Annotated[float, typer.Option(help="Share of them played with the domain's expert guidance in the system prompt, "
                                                     "which the teacher follows (never skipping the rule).")] = 0.0,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
@@ -67,7 +69,7 @@ def build_agent_command(
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
-    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, hinted_share=hinted_share, max_steps=steps, batch_size=batch_size,
+    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, hinted_share=hinted_share, max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
