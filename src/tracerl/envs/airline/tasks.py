@@ -116,7 +116,7 @@ class SubTask(BaseModel):
     communicate: list[str]
     reasoning_args: list[str]  # arguments of writes[0] whose value is chosen or computed from records
     say: str  # the oracle's confirmation (allowed) or refusal (forbidden)
-    check: str = ""  # the rule check the oracle says before `say` (cancel, certificate; see policy.cancel_check)
+    check: str = ""  # the rule check a `rule_check` teacher says before `say` (cancel, certificate; policy.cancel_check)
     mispick_writes: list[Action] | None = None  # structured-reasoning fault: a wrong pick / amount (a cancellation has none)
     mispick_say: str | None = None
     anyway_reads: list[Action] = Field(default_factory=list)  # precondition fault: reads made when ignoring the rule
