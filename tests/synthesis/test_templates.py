@@ -4,6 +4,7 @@ and their rewards give the hand-computed values for known behaviours."""
 import pytest
 
 from tracerl.core.messages import Action, Message
+from tracerl.envs.airline.policy import HINT
 from tracerl.synthesis.checks import play, validate_env
 from tracerl.synthesis.target import tool_families
 from tracerl.synthesis.templates import TEMPLATES, template_for
@@ -299,6 +300,7 @@ def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, re
         assert task.kind == ("target-allowed" if matches[0]["allowed"] else "target-forbidden")
         assert [g.name for g in task.gold] == ["get_reservation_details"] + ["cancel_reservation"] * (task.kind == "target-allowed")
         assert task.rules == list(airline.rules)  # the target's own rules decide
+        assert task.hint == HINT  # the guidance an agent built with --hinted-share was shown
     target = [k for k in kinds if k.startswith("target-")]
     assert 0.4 < len(target) / 200 < 0.6  # half the tasks
     assert 0.35 < target.count("target-forbidden") / len(target) < 0.65  # each decision as often as the other

@@ -69,7 +69,8 @@ def build_agent_command(
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
-    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, hinted_share=hinted_share, max_steps=steps, batch_size=batch_size,
+    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, hinted_share=hinted_share,
+                         max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
                          drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,

@@ -29,9 +29,14 @@ Bags: free bags per passenger are basic_economy 0, economy 1, business 2, plus 1
 Compensation: only when asked, only for a cancelled flight, and only if the user is silver or gold, has insurance, or flies business. Send a certificate of {CERTIFICATE_PER_PASSENGER} x passengers.
 Tell the user every amount. {NEXT_REQUEST_RULE}"""
 
-# The expert guidance an episode may carry (option `hint`): how to go about a request, never its decision.
-HINT = ("Before changing a reservation, look it up with get_reservation_details and compare it with the policy's rule "
-        "for the request. Act only if the rule allows it; otherwise make no change and tell the user why.")
+def rule_hint(entity: str, check_tool: str) -> str:
+    """Expert guidance for a request the policy's rules decide: how to go about it, never its decision.
+    The airline's own hint and the precondition template's on a target's requests, in the same words."""
+    return (f"Before changing a {entity}, look it up with {check_tool} and compare it with the policy's rule for the "
+            "request. Act only if the rule allows it; otherwise make no change and tell the user why.")
+
+
+HINT = rule_hint("reservation", "get_reservation_details")  # what an airline episode may carry (option `hint`)
 
 
 def with_hint(system: str, hint: str) -> str:

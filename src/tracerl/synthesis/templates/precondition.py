@@ -35,6 +35,7 @@ from typing import Any
 
 from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
+from tracerl.envs.airline.policy import rule_hint
 from tracerl.synthesis.target import ToolFamily
 from tracerl.synthesis.templates.base import Task, TemplateEnv
 
@@ -114,11 +115,7 @@ class PreconditionVerificationEnv(TemplateEnv):
                 gold.append(Action(name=act.name, arguments=args))
             allowed[record_id] = args if ok else None
             requests.append(text)
-        hint = (
-            f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with the "
-            "policy's rule for the request. Act only if the rule allows it; otherwise make no change and tell the "
-            "user why."
-        ) if worded else (
+        hint = rule_hint(self.entity, self.family.check.name) if worded else (
             f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
             "condition in the policy. Act only if all of them hold; otherwise make no change and tell the user "
             "which condition fails."
