@@ -1,5 +1,7 @@
 """Airline domain: policy rules, seeded tasks and splits, the scripted user, the τ²-style reward."""
 
+import re
+
 import pytest
 
 from tracerl.core.messages import Action, Message, ToolCall
@@ -78,6 +80,24 @@ def test_rule_checks_answer_each_condition_up_to_the_deciding_one():
     user.membership = "regular"
     assert compensation_check(db, user, res) == "Check: a flight cancelled yes, silver or gold no, insured no, business no."
 
+
+def test_a_cited_check_says_each_value_before_its_answer():
+    db = _db()
+    user, res = db.users["mia_lee_123"], db.reservations["ABC123"]  # old, economy, no insurance, nothing cancelled
+    assert cancel_check(db, res, "change_of_plan", cite=True) == (
+        f"Check: flown (available, available) no, booked in the last 24 hours ({res.created_at}) no, "
+        "cancelled by the airline (available, available) no, "
+        "business (economy) no, insured for the reason (no, change of plan) no.")
+    res.created_at = "2024-05-15 12:00"
+    assert cancel_check(db, res, "health", cite=True) == (
+        "Check: flown (available, available) no, booked in the last 24 hours (2024-05-15 12:00) yes.")
+    db.flights["HAT100@2024-05-20"].status = "cancelled"
+    user.membership = "regular"
+    assert compensation_check(db, user, res, cite=True) == (
+        "Check: a flight cancelled (cancelled, available) yes, silver or gold (regular) no, insured (no) no, business (economy) no.")
+    for seed in task_seeds("train", 100):  # the same answers as the plain check, each after its values
+        for sub in generate_task(seed).subtasks:
+            assert re.sub(r" \([^)]*\)", "", sub.cited_check) == sub.check
 
 def test_every_rule_check_ends_in_its_requests_decision():
     """The last answer of a check decides as the rule does: a forbidding condition (flown, no flight

@@ -171,6 +171,19 @@ def test_the_rule_check_is_said_unless_the_episode_skips_the_rule():
     assert checks[True] > 20 and checks[False] > 20
 
 
+def test_a_teacher_citing_values_says_the_cited_check():
+    policy = make_policy("flawed:0.5,0,0,0", seed=3, rule_check=True, cite_values=True)
+    cited = 0
+    for t in rollout(lambda: make_env("airline"), policy, [Episode(seed=s) for s in task_seeds("train", 60)]):
+        said = [m.content for m in t.messages if m.role == "assistant" and m.content and m.content.startswith("Check:")]
+        expected = [] if "skip_precondition" in t.info["faults"]["drawn"] else [
+            s.cited_check for s in generate_task(t.seed).subtasks if s.cited_check]
+        assert len(said) == len(expected) and all(c.startswith(e) for c, e in zip(said, expected))
+        cited += len(said)
+    assert cited > 10
+    with pytest.raises(InputError, match="cite_values needs rule_check"):
+        make_policy("flawed:0.5", cite_values=True)
+
 def test_stop_early_leaves_requests_undone():
     planted = _only("stop_early", SEEDS)
     assert len(planted) >= 10

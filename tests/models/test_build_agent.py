@@ -95,6 +95,8 @@ def test_build_agent_bad_input_exits_2(capsys):
     assert "--number-digits must be 1, 2 or 3" in capsys.readouterr().err
     assert main(["build-agent", "--hinted-share", "1.5"]) == 2
     assert "--hinted-share must be between 0 and 1" in capsys.readouterr().err
+    assert main(["build-agent", "--cite-values"]) == 2
+    assert "--cite-values needs --rule-check" in capsys.readouterr().err
     assert main(["build-agent", "--device", "teapot"]) == 2
     assert "not a torch device" in capsys.readouterr().err
 

@@ -3,7 +3,7 @@
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
 then for each request read the reservation (and search flights for a change), check the rule
 (with `rule_check`, aloud: each condition of a cancellation or compensation rule answered in turn,
-`SubTask.check`), state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
+`SubTask.check`; with `cite_values` too, each answer after the values it reads, `SubTask.cited_check`), state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
 to use when the write charges one (the user names the id again: a small model copies an id from
 the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
 and ask for the next request; refuse forbidden requests (asking for the next one in the same
@@ -63,7 +63,8 @@ class ScriptedAirlinePolicy:
     """The oracle (`rates` all 0) or a flawed oracle; `rates` = (p1, p2, p3, p4)."""
 
     def __init__(self, rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0), seed: int = 0,
-                 scopes: tuple[str | None, ...] = (None, None, None, None), rule_check: bool = False):
+                 scopes: tuple[str | None, ...] = (None, None, None, None), rule_check: bool = False,
+                 cite_values: bool = False):
         if len(rates) != len(FAULTS) or not all(0.0 <= p <= 1.0 for p in rates):
             raise ValueError(f"rates must be {len(FAULTS)} probabilities in [0, 1], got {rates}")
         if len(scopes) != len(FAULTS) or any(k is not None and k not in SUBTASK_KINDS for k in scopes) or scopes[1]:
@@ -71,10 +72,13 @@ class ScriptedAirlinePolicy:
         self.rates = tuple(float(p) for p in rates)
         self.scopes = tuple(scopes)
         self.seed = int(seed)
+        if cite_values and not rule_check:
+            raise ValueError("cite_values needs rule_check: it changes how the rule check is said")
         self.rule_check = bool(rule_check)
+        self.cite_values = bool(cite_values)
         self.name = ("oracle" if not any(self.rates) else "flawed:" + ",".join(
             f"{p:g}" + (f"@{k}" if k else "") for p, k in zip(self.rates, self.scopes, strict=True))) + (
-            " with rule checks" if rule_check else "")
+            " with rule checks" + (" citing values" if cite_values else "") if rule_check else "")
 
     def in_scope(self, fault: str, sub: SubTask) -> bool:
         scope = self.scopes[FAULTS.index(fault)]
@@ -129,7 +133,8 @@ class ScriptedAirlinePolicy:
         def checked(i: int, text: str) -> str:
             """`text` after the rule check (`rule_check`), unless the episode skips the rule (`skip_precondition`)."""
             skip = "skip_precondition" in drawn and self.in_scope("skip_precondition", handled[i])
-            return text if skip or not (self.rule_check and handled[i].check) else f"{handled[i].check} {text}"
+            check = handled[i].cited_check if self.cite_values else handled[i].check
+            return text if skip or not (self.rule_check and check) else f"{check} {text}"
 
         script = _Script()
         script.say(GREETING)
@@ -241,18 +246,19 @@ def _typo(value: str, known: set[str], rng: random.Random) -> str:
             return new
 
 
-def scripted_policy_from_spec(spec: str, seed: int = 0, rule_check: bool = False, **_: Any) -> ScriptedAirlinePolicy:
+def scripted_policy_from_spec(spec: str, seed: int = 0, rule_check: bool = False, cite_values: bool = False,
+                              **_: Any) -> ScriptedAirlinePolicy:
     """'oracle' or 'flawed' / 'flawed:p1[,p2[,p3[,p4]]]' (missing rates are 0; bare 'flawed' = 0.25 each);
     a rate may name the sub-task kind it is scoped to: 'flawed:1@cancel,1,1@change,1@bags'."""
     name, _, args = spec.partition(":")
     if name == "oracle":
         if args:
             raise ValueError("'oracle' takes no parameters")
-        return ScriptedAirlinePolicy(seed=seed, rule_check=rule_check)
+        return ScriptedAirlinePolicy(seed=seed, rule_check=rule_check, cite_values=cite_values)
     if name != "flawed":
         raise ValueError(f"not a scripted policy: '{spec}'")
     if not args:
-        return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed, rule_check=rule_check)
+        return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed, rule_check=rule_check, cite_values=cite_values)
     parts = [p.partition("@") for p in args.split(",")]
     if len(parts) > len(FAULTS):
         raise ValueError(f"'flawed' takes at most {len(FAULTS)} rates (p1..p4), got {len(parts)}")
@@ -271,7 +277,7 @@ def scripted_policy_from_spec(spec: str, seed: int = 0, rule_check: bool = False
     rates += [0.0] * (len(FAULTS) - len(rates))
     scopes += [None] * (len(FAULTS) - len(scopes))
     return ScriptedAirlinePolicy((rates[0], rates[1], rates[2], rates[3]), seed=seed, scopes=tuple(scopes),
-                                 rule_check=rule_check)
+                                 rule_check=rule_check, cite_values=cite_values)
 
 
 DEFAULT_FLAWED_RATES = (0.25, 0.25, 0.25, 0.25)

@@ -72,6 +72,7 @@ class AgentRecipe(BaseModel):
     policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
     episodes: int = 4000
     rule_check: bool = False  # the teacher says its rule check before deciding (see tracerl.envs.reference)
+    cite_values: bool = False  # … each answer after the values it reads (needs rule_check)
     hinted_share: float = 0.0  # demonstrations played with the domain's expert guidance, which the teacher follows
     vocab_size: int = 2048  # every id word one token, with or without its '_'
     number_digits: int = 3  # every run of 1-3 digits one token besides (see tokenizer.py)
@@ -313,7 +314,7 @@ def collect_demonstrations(recipe: AgentRecipe, seeds: range | list[int]) -> lis
     from tracerl.envs.registry import make_env, make_policy
     from tracerl.envs.runner import Episode, rollout
 
-    policy = make_policy(recipe.policy, seed=recipe.seed, rule_check=recipe.rule_check)
+    policy = make_policy(recipe.policy, seed=recipe.seed, rule_check=recipe.rule_check, cite_values=recipe.cite_values)
     rng = random.Random(f"tracerl-hinted-{recipe.seed}")
     episodes = [Episode(seed=s, options={"hint": True} if rng.random() < recipe.hinted_share else {}) for s in seeds]
     return rollout(lambda: make_env("airline", split="train"), policy, episodes)

@@ -23,6 +23,8 @@ def build_agent_command(
     episodes: Annotated[int, typer.Option(help="Demonstration episodes (train-split seeds 0…N−1).")] = 4000,
     rule_check: Annotated[bool, typer.Option(help="The teacher says its rule check before deciding a cancellation or compensation "
                                                   "(each condition answered in turn).")] = False,
+    cite_values: Annotated[bool, typer.Option(help="With --rule-check: each condition's answer follows the values it is read from "
+                                                   "('business (economy) no').")] = False,
     hinted_share: Annotated[float, typer.Option(help="Share of them played with the domain's expert guidance in the system prompt, "
                                                     "which the teacher follows (never skipping the rule).")] = 0.0,
     steps: Annotated[int, typer.Option(help="Optimizer steps on episodes (every --drill-every-th a drill batch).")] = 1200,
@@ -66,10 +68,13 @@ def build_agent_command(
                         ("--drill-extra-max", drill_extra_max)):
         if value < 0:
             raise InputError(f"{flag} must be 0 or more, got {value}")
+    if cite_values and not rule_check:
+        raise InputError("--cite-values needs --rule-check: it changes how the rule check is said")
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
-    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, hinted_share=hinted_share,
+    recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, cite_values=cite_values,
+                         hinted_share=hinted_share,
                          max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,

@@ -80,32 +80,38 @@ def cancel_rule(db: AirlineDB, reservation: Reservation, reason: str) -> tuple[b
     return False, "no cancellation rule applies"
 
 
-def cancel_check(db: AirlineDB, reservation: Reservation, reason: str) -> str:
+def cancel_check(db: AirlineDB, reservation: Reservation, reason: str, cite: bool = False) -> str:
     """The rule check said before deciding a cancellation: `cancel_rule`'s conditions in its order,
-    each answered, up to the one that decides ("Check: flown no, booked in the last 24 hours yes.")."""
+    each answered, up to the one that decides ("Check: flown no, booked in the last 24 hours yes.").
+    With `cite` each answer follows the values it is read from, as the conversation shows them
+    ("Check: flown (available, available) no, booked in the last 24 hours (2024-05-15 09:00) yes.")."""
     statuses = flight_statuses(db, reservation)
-    return _check([("flown", "landed" in statuses, True),
-                   ("booked in the last 24 hours", booked_within_24h(reservation.created_at), True),
-                   ("cancelled by the airline", "cancelled" in statuses, True),
-                   ("business", reservation.cabin == "business", True),
-                   ("insured for the reason", reservation.insurance == "yes" and reason in COVERED_REASONS, True)])
+    shown = ", ".join(statuses)
+    return _check([("flown", shown, "landed" in statuses, True),
+                   ("booked in the last 24 hours", reservation.created_at, booked_within_24h(reservation.created_at), True),
+                   ("cancelled by the airline", shown, "cancelled" in statuses, True),
+                   ("business", reservation.cabin, reservation.cabin == "business", True),
+                   ("insured for the reason", f"{reservation.insurance}, {reason.replace('_', ' ')}",
+                    reservation.insurance == "yes" and reason in COVERED_REASONS, True)], cite)
 
 
-def compensation_check(db: AirlineDB, user: User, reservation: Reservation) -> str:
+def compensation_check(db: AirlineDB, user: User, reservation: Reservation, cite: bool = False) -> str:
     """The rule check said before deciding a compensation, as `cancel_check` ("Check: a flight
     cancelled yes, silver or gold no, insured yes.")."""
-    return _check([("a flight cancelled", "cancelled" in flight_statuses(db, reservation), False),
-                   ("silver or gold", user.membership in ("silver", "gold"), True),
-                   ("insured", reservation.insurance == "yes", True),
-                   ("business", reservation.cabin == "business", True)])
+    statuses = flight_statuses(db, reservation)
+    return _check([("a flight cancelled", ", ".join(statuses), "cancelled" in statuses, False),
+                   ("silver or gold", user.membership, user.membership in ("silver", "gold"), True),
+                   ("insured", reservation.insurance, reservation.insurance == "yes", True),
+                   ("business", reservation.cabin, reservation.cabin == "business", True)], cite)
 
 
-def _check(conditions: list[tuple[str, bool, bool]]) -> str:
-    """'Check: a yes, b no.' — (label, holds, decides_when): answered in order up to the first
-    condition whose answer decides (`holds == decides_when`)."""
+def _check(conditions: list[tuple[str, str, bool, bool]], cite: bool) -> str:
+    """'Check: a yes, b no.' (with `cite`: 'Check: a (value) yes, b (value) no.') — (label, value,
+    holds, decides_when): answered in order up to the first condition whose answer decides
+    (`holds == decides_when`)."""
     said = []
-    for label, holds, decides_when in conditions:
-        said.append(f"{label} {'yes' if holds else 'no'}")
+    for label, value, holds, decides_when in conditions:
+        said.append(f"{label} {f'({value}) ' if cite else ''}{'yes' if holds else 'no'}")
         if holds == decides_when:
             break
     return "Check: " + ", ".join(said) + "."

@@ -117,6 +117,7 @@ class SubTask(BaseModel):
     reasoning_args: list[str]  # arguments of writes[0] whose value is chosen or computed from records
     say: str  # the oracle's confirmation (allowed) or refusal (forbidden)
     check: str = ""  # the rule check a `rule_check` teacher says before `say` (cancel, certificate; policy.cancel_check)
+    cited_check: str = ""  # the same check with the values each answer is read from (policy.cancel_check's `cite`)
     mispick_writes: list[Action] | None = None  # structured-reasoning fault: a wrong pick / amount (a cancellation has none)
     mispick_say: str | None = None
     anyway_reads: list[Action] = Field(default_factory=list)  # precondition fault: reads made when ignoring the rule
@@ -335,16 +336,16 @@ class _Builder:
         read = Action(name="get_reservation_details", arguments={"reservation_id": rid})
         write = Action(name="cancel_reservation", arguments={"reservation_id": rid})
         request = f"cancel reservation {rid} because of {REASONS[reason]}"
-        check = cancel_check(self.db, reservation, reason)
+        check, cited_check = (cancel_check(self.db, reservation, reason, cite) for cite in (False, True))
         if not allowed:
             return SubTask(kind="cancel", reservation_id=rid, allowed=False, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot cancel this reservation: {rule}.", check=check,
+                           say=f"Sorry, I cannot cancel this reservation: {rule}.", check=check, cited_check=cited_check,
                            anyway_reads=[read], anyway_writes=[write],
                            anyway_say="I will cancel this reservation. Do you confirm?")
         return SubTask(kind="cancel", reservation_id=rid, allowed=True, rule=rule, request=request, reason=REASONS[reason], reads=[read],
                        writes=[write], communicate=[], reasoning_args=[], say="I will cancel this reservation. Do you confirm?",
-                       check=check)
+                       check=check, cited_check=cited_check)
 
     def change(self, user: User, allowed: bool) -> SubTask:
         rng = self.rng
@@ -479,16 +480,16 @@ class _Builder:
             return f"I will send you a certificate of {value} dollars. Do you confirm?"
 
         request = f"get compensation for the cancelled flight in reservation {rid}"
-        check = compensation_check(self.db, user, reservation)
+        check, cited_check = (compensation_check(self.db, user, reservation, cite) for cite in (False, True))
         if not allowed:
             return SubTask(kind="certificate", reservation_id=rid, allowed=False, rule=rule, request=request, reads=[read],
                            writes=[], communicate=[], reasoning_args=[],
-                           say=f"Sorry, I cannot offer compensation for this reservation: {rule}.", check=check,
+                           say=f"Sorry, I cannot offer compensation for this reservation: {rule}.", check=check, cited_check=cited_check,
                            anyway_reads=[read], anyway_writes=[write(amount)], anyway_say=say(amount))
         wrong = _wrong_number(amount, [50 * n, amount + 100])
         return SubTask(kind="certificate", reservation_id=rid, allowed=True, rule=rule, request=request, reads=[read],
                        writes=[write(amount)], communicate=[str(amount)], reasoning_args=["amount"], say=say(amount),
-                       check=check, mispick_writes=[write(wrong)], mispick_say=say(wrong))
+                       check=check, cited_check=cited_check, mispick_writes=[write(wrong)], mispick_say=say(wrong))
 
     # --- the task --------------------------------------------------------------------------
     def build(self) -> AirlineTask:
