@@ -1,9 +1,11 @@
 """The four templates meet every requirement on the built-in airline domain and on retail's tools.json,
 and their rewards give the hand-computed values for known behaviours."""
 
+import copy
+
 import pytest
 
-from tracerl.core.messages import Action, Message
+from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.envs.airline.policy import HINT
 from tracerl.synthesis.checks import play, validate_env
 from tracerl.synthesis.target import tool_families
@@ -29,9 +31,31 @@ def test_tools_are_the_targets_own_schemas(retail, airline):
     for target in (retail, airline):
         for cls in TEMPLATES.values():
             env = cls(target, difficulty=1)
-            assert 3 <= len(env.tools) <= 5
+            assert [t.name for t in env.tools] == [t.name for t in target.tools]  # listed as the target lists them
+            assert 3 <= len(env.task_tools()) <= 5
             for schema in env.tools:
                 assert schema == target.tool(schema.name)  # verbatim: description, parameters, kind
+
+
+def _a_value(spec: dict):
+    """A value of a JSON-schema property's type (its first enum value where it has one)."""
+    if "enum" in spec:
+        return spec["enum"][0]
+    return {"string": "x", "integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}[spec.get("type", "string")]
+
+
+def test_a_listed_tool_the_tasks_do_not_use_is_an_error_that_changes_nothing(airline):
+    for cls in TEMPLATES.values():
+        env = cls(airline, difficulty=1)
+        env.reset(seed=3)
+        records = copy.deepcopy(env._records)
+        unused = [t.name for t in env.tools if t.name not in env.task_tools()]
+        assert "search_direct_flight" in unused
+        for i, name in enumerate(unused):
+            arguments = {p: _a_value(spec) for p, spec in airline.tool(name).parameters["properties"].items()}
+            out, *_ = env.step(Message.assistant(tool_calls=[ToolCall.make(name, arguments, f"c{i}")]))
+            assert out[-1].content == f"Error: {name} is not available for this request", out[-1].content
+        assert env._records == records
 
 
 def test_families_pair_read_check_with_write_acts(retail, tau2_airline):

@@ -106,7 +106,14 @@ class TemplateEnv(ToolEnv):
         return None
 
     def tool_names(self) -> list[str]:
-        """The tools this env offers: the user tool (if any), the check tool, the acts, one distractor act."""
+        """The tools this env lists: every tool of the target, in its order, for the agent reads its
+        prompt's tool list: with only the task's tools listed, an agent checked a record where on the
+        target it did not (benchmarks/README.md, "The rule check said, the guidance read")."""
+        return [t.name for t in self.target.tools]
+
+    def task_tools(self) -> list[str]:
+        """The tools this env implements (3–5): the user tool (if any), the check tool, the acts, one
+        distractor act. A call of any other listed tool is an error that changes nothing."""
         user = self.user_tool()
         names = ([user.name] if user else []) + [self.family.check.name] + [a.name for a in self.acts]
         spare = [a.name for a in self.family.acts if a.name not in names]
@@ -221,9 +228,12 @@ class TemplateEnv(ToolEnv):
         self.max_turns = self._turn_limit
         toolbox = Toolbox()
         user = self.user_tool()
+        implemented = self.task_tools()
         for name in self.tool_names():
             schema = self.target.tool(name)
-            if user is not None and name == user.name:
+            if name not in implemented:
+                handler = self._unavailable_handler(name)
+            elif user is not None and name == user.name:
                 handler = self._user_handler()
             elif schema.kind == "read":
                 handler = self._read_handler(name)
@@ -243,6 +253,13 @@ class TemplateEnv(ToolEnv):
             "_hint": task.hint,
         }
         return toolbox, opening, info
+
+    @staticmethod
+    def _unavailable_handler(name: str):
+        def handler(**_: Any) -> dict[str, Any]:
+            raise ToolError(f"{name} is not available for this request")
+
+        return handler
 
     def _user_handler(self):
         def handler(**arguments: Any) -> dict[str, Any]:
