@@ -1,9 +1,9 @@
 """Does the agent check a request's rule before deciding it, is its check right, and does it decide by it?
 
-    python benchmarks/rule_checks.py --model DIR [--hint] [--tasks 200] [--threads 1] [--save FILE]
+    python benchmarks/rule_checks.py --model DIR [--hint] [--tasks 200] [--temperature T] [--threads 1] [--save FILE]
     python benchmarks/rule_checks.py --rollouts FILE
 
-Rolls the agent (or an adapter directory) out greedily on the first N held-out test tasks of the
+Rolls the agent (or an adapter directory) out greedily (or sampling at --temperature, seeded) on the first N held-out test tasks of the
 built-in airline domain — with --hint, with the domain's expert guidance in the system prompt (the
 environment's `hint` option) — or reads rollouts of those tasks. For every cancellation and
 compensation request (`SubTask` of kind cancel or certificate) it finds the message the agent said
@@ -112,7 +112,7 @@ def summary(rows: list[dict]) -> dict:
     return {"by_kind": by_kind, "wrong_answers": dict(answers.most_common()), "wrong_cited_values": dict(values.most_common())}
 
 
-def roll_out(model: str, tasks: int, hint: bool, threads: int) -> list[Trajectory]:
+def roll_out(model: str, tasks: int, hint: bool, threads: int, temperature: float = 0.0, seed: int = 0) -> list[Trajectory]:
     import torch
 
     from tracerl.envs.registry import make_env, make_policy
@@ -121,7 +121,8 @@ def roll_out(model: str, tasks: int, hint: bool, threads: int) -> list[Trajector
     torch.set_num_threads(threads)
     options = {"hint": True} if hint else {}
     episodes = [Episode(seed=s, options=options) for s in task_seeds("test", tasks)]
-    return rollout(lambda: make_env("airline", split="test"), make_policy(f"model:{model}"), episodes, batch_size=32)
+    return rollout(lambda: make_env("airline", split="test"), make_policy(f"model:{model}", temperature=temperature, seed=seed),
+                   episodes, batch_size=32)
 
 
 def main() -> None:
@@ -131,18 +132,20 @@ def main() -> None:
     source.add_argument("--rollouts", type=Path, help="rollouts of test tasks of the airline domain (JSONL)")
     ap.add_argument("--hint", action="store_true", help="the domain's expert guidance in the system prompt")
     ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    ap.add_argument("--seed", type=int, default=0, help="sampling seed")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save", type=Path, help="write the rollouts here (JSONL)")
     args = ap.parse_args()
     if args.model:
-        trajectories = roll_out(args.model, args.tasks, args.hint, args.threads)
+        trajectories = roll_out(args.model, args.tasks, args.hint, args.threads, args.temperature, args.seed)
         if args.save:
             args.save.write_text("".join(t.model_dump_json() + "\n" for t in trajectories))
     else:
         trajectories = [Trajectory.model_validate_json(line) for line in args.rollouts.read_text().splitlines() if line.strip()]
     rows = [row for t in trajectories for row in classify(t)]
     passed = sum(t.reward >= 1 - 1e-6 for t in trajectories)
-    out = {"tasks": len(trajectories), "passed": passed, "hint": args.hint, **summary(rows)}
+    out = {"tasks": len(trajectories), "passed": passed, "hint": args.hint, "temperature": args.temperature, **summary(rows)}
     print(json.dumps(out, indent=1))
 
 
