@@ -99,6 +99,8 @@ def test_a_cited_check_says_each_value_before_its_answer():
         for sub in generate_task(seed).subtasks:
             assert re.sub(r" \([^)]*\)", "", sub.cited_check) == sub.check
 
+
+
 def test_every_rule_check_ends_in_its_requests_decision():
     """The last answer of a check decides as the rule does: a forbidding condition (flown, no flight
     cancelled) or every condition 'no' refuses; an allowing 'yes' allows."""

@@ -184,6 +184,8 @@ def test_a_teacher_citing_values_says_the_cited_check():
     with pytest.raises(InputError, match="cite_values needs rule_check"):
         make_policy("flawed:0.5", cite_values=True)
 
+
+
 def test_stop_early_leaves_requests_undone():
     planted = _only("stop_early", SEEDS)
     assert len(planted) >= 10

@@ -3,7 +3,8 @@
 Both play the oracle's procedure for the airline domain: ask for the user id, read the user,
 then for each request read the reservation (and search flights for a change), check the rule
 (with `rule_check`, aloud: each condition of a cancellation or compensation rule answered in turn,
-`SubTask.check`; with `cite_values` too, each answer after the values it reads, `SubTask.cited_check`), state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
+`SubTask.check`; with `cite_values` each answer after the values it reads, `SubTask.cited_check`),
+state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
 to use when the write charges one (the user names the id again: a small model copies an id from
 the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
 and ask for the next request; refuse forbidden requests (asking for the next one in the same
