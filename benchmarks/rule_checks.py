@@ -1,7 +1,7 @@
 """Does the agent check a request's rule before deciding it, is its check right, and does it decide by it?
 
     python benchmarks/rule_checks.py --model DIR [--hint] [--tasks 200] [--temperature T] [--threads 1] [--save FILE]
-    python benchmarks/rule_checks.py --rollouts FILE
+    python benchmarks/rule_checks.py --rollouts FILE [--against BASE_FILE]
 
 Rolls the agent (or an adapter directory) out greedily (or sampling at --temperature, seeded) on the first N held-out test tasks of the
 built-in airline domain — with --hint, with the domain's expert guidance in the system prompt (the
@@ -17,7 +17,9 @@ after reading that reservation and classifies the request:
 It prints, per request kind (cancel+, cancel−, certificate+, certificate−: allowed or forbidden),
 checked / unchecked × done, right checks, and over every said check each condition whose answer
 differs from the rule's (`silver or gold no` where the user is gold) and each cited value that is
-not the record's.
+not the record's. With --against (rollouts of the same tasks, e.g. the base agent's, saved with
+--save), the paired difference in pass rate with its bootstrap interval (`evaluation.stats`, as
+`tracerl eval` reports it).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from tracerl.core.io import read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.airline import generate_task, task_seeds
 
@@ -136,16 +139,22 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="sampling seed")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--save", type=Path, help="write the rollouts here (JSONL)")
+    ap.add_argument("--against", type=Path, help="rollouts of the same tasks to take the paired difference against (JSONL)")
     args = ap.parse_args()
     if args.model:
         trajectories = roll_out(args.model, args.tasks, args.hint, args.threads, args.temperature, args.seed)
         if args.save:
-            args.save.write_text("".join(t.model_dump_json() + "\n" for t in trajectories))
+            write_jsonl(args.save, trajectories)
     else:
-        trajectories = [Trajectory.model_validate_json(line) for line in args.rollouts.read_text().splitlines() if line.strip()]
+        trajectories = read_jsonl(args.rollouts, Trajectory)
     rows = [row for t in trajectories for row in classify(t)]
-    passed = sum(t.reward >= 1 - 1e-6 for t in trajectories)
-    out = {"tasks": len(trajectories), "passed": passed, "hint": args.hint, "temperature": args.temperature, **summary(rows)}
+    out = {"tasks": len(trajectories), "passed": sum(t.passed for t in trajectories), "hint": args.hint,
+           "temperature": args.temperature, **summary(rows)}
+    if args.against:
+        from tracerl.evaluation.stats import paired_difference, per_task_pass_rate
+
+        diff = paired_difference(per_task_pass_rate(trajectories), per_task_pass_rate(read_jsonl(args.against, Trajectory)))
+        out["difference"] = diff.model_dump()
     print(json.dumps(out, indent=1))
 
 

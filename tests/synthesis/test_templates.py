@@ -2,6 +2,7 @@
 and their rewards give the hand-computed values for known behaviours."""
 
 import copy
+import random
 
 import pytest
 
@@ -14,6 +15,7 @@ from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
 from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
 from tracerl.synthesis.templates.precision import ToolCallPrecisionEnv
 from tracerl.synthesis.templates.structured import StructuredDataReasoningEnv
+from tracerl.synthesis.values import sample_arguments
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -37,13 +39,6 @@ def test_tools_are_the_targets_own_schemas(retail, airline):
                 assert schema == target.tool(schema.name)  # verbatim: description, parameters, kind
 
 
-def _a_value(spec: dict):
-    """A value of a JSON-schema property's type (its first enum value where it has one)."""
-    if "enum" in spec:
-        return spec["enum"][0]
-    return {"string": "x", "integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}[spec.get("type", "string")]
-
-
 def test_a_listed_tool_the_tasks_do_not_use_is_an_error_that_changes_nothing(airline):
     for cls in TEMPLATES.values():
         env = cls(airline, difficulty=1)
@@ -52,7 +47,7 @@ def test_a_listed_tool_the_tasks_do_not_use_is_an_error_that_changes_nothing(air
         unused = [t.name for t in env.tools if t.name not in env.task_tools()]
         assert "search_direct_flight" in unused
         for i, name in enumerate(unused):
-            arguments = {p: _a_value(spec) for p, spec in airline.tool(name).parameters["properties"].items()}
+            arguments = sample_arguments(airline.tool(name), random.Random(i))
             out, *_ = env.step(Message.assistant(tool_calls=[ToolCall.make(name, arguments, f"c{i}")]))
             assert out[-1].content == f"Error: {name} is not available for this request", out[-1].content
         assert env._records == records
