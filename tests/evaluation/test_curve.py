@@ -28,7 +28,7 @@ def rows(*spec: tuple[int, int, bool]) -> list[MetricsRow]:
 
 
 def test_points_are_the_shared_evaluated_snapshots_before_the_final_composition():
-    # the demo's shape: both adapters 6 steps × 32 rollouts, evaluated at 0, 3, 6
+    # two adapters of 6 steps × 32 rollouts, evaluated at 0, 3, 6
     a = rows((0, 0, True), (1, 32, False), (2, 64, False), (3, 96, True), (4, 128, False), (5, 160, False), (6, 192, True))
     b = rows((0, 0, True), (1, 32, False), (2, 96, False), (3, 128, True), (4, 160, False), (5, 192, False), (6, 224, True))
     snaps = {"a": [0, 3, 6], "b": [0, 3, 6]}

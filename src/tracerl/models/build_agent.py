@@ -64,7 +64,7 @@ DRILL_GATES = ("id_reads_exact", "answered_values_exact")  # the drill check's r
 
 
 class AgentRecipe(BaseModel):
-    """Everything `build-agent` needs; the defaults made the shipped agent."""
+    """Everything `build-agent` needs; the shipped agent's own options are in its build.json."""
 
     model_config = ConfigDict(extra="forbid")
 

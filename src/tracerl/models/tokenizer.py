@@ -24,7 +24,7 @@ right after its key's. Without it a value sits two or three tokens after its key
 `":`, ` `, `582`), where every value of every key has the same one or two tokens before it. Measured
 (benchmarks/README.md, "JSON keys as tokens"): with it the id-read lookup formed by drill step 700
 in both build seeds (without, in one of two), and a value read by its key, such as the refund, is
-still not said. The shipped agent, v30, has it.
+still not said. The shipped agent has it (`--json-keys`).
 """
 
 from __future__ import annotations
