@@ -77,7 +77,8 @@ class TrainSection(TrainConfig):
 
 
 class RunConfig(Section):
-    seed: int = 0
+    seed: int = Field(0, description="seed of every stage's random draws: collection, selection's bootstrap, "
+                      "training (unless `train.seed` is set), gates, evaluation")
     model: ModelSection = Field(default_factory=ModelSection)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings, description="tokens per turn, batch size and "
                                      "sampling temperature: one block for every stage that plays episodes")
@@ -97,10 +98,11 @@ class RunConfig(Section):
         return yaml.safe_dump(self.model_dump(mode="json", exclude={"train": {"rollout"}}), sort_keys=False)
 
 
-def train_config(train: TrainConfig, rollout: RolloutSettings) -> TrainConfig:
-    """The GRPO config a training stage runs: `train` with the run's `rollout` block (fields set stay set)."""
-    return TrainConfig.model_validate({**train.model_dump(exclude_unset=True, exclude={"rollout"}),
-                                       "rollout": rollout.model_dump()})
+def train_config(train: TrainConfig, rollout: RolloutSettings, seed: int) -> TrainConfig:
+    """The GRPO config a training stage runs: `train` with the run's `rollout` block and, unless `train` sets
+    its own, the run's `seed` (fields set stay set)."""
+    fields = train.model_dump(exclude_unset=True, exclude={"rollout"})
+    return TrainConfig.model_validate({"seed": seed, **fields, "rollout": rollout.model_dump()})
 
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"

@@ -54,10 +54,10 @@ SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
     "select": ["seed", "select", "analysis"],
     "synthesize": ["seed", "model", "rollout", "target", "synthesize", "analysis"],
-    "train": ["model", "rollout", "train"],
+    "train": ["seed", "model", "rollout", "train"],
     "compose": ["seed", "model", "rollout", "compose"],
-    "grpo_target": ["model", "rollout", "target", "train"],
-    "curve": ["rollout", "target", "train", "compose"],
+    "grpo_target": ["seed", "model", "rollout", "target", "train"],
+    "curve": ["seed", "rollout", "target", "train", "compose"],
     "eval": ["seed", "model", "rollout", "target", "eval"],
     "report": [],  # it reads the workspace, config.yaml included
 }
@@ -313,7 +313,7 @@ class StageFunctions:
         """`run_train` on `env` (a `TrainEnv`) into `out`, with this stage's config."""
         from tracerl.training.stage import run_train
 
-        cfg = train_config(c.train, c.rollout)
+        cfg = train_config(c.train, c.rollout, c.seed)
         if max_rollouts is not None:
             cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
         unit = "steps" if max_rollouts is None else "rollouts"
@@ -355,7 +355,7 @@ class StageFunctions:
                              adapters={cap: self.path(f"adapters/{cap}") for cap in self.built_envs()},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0)
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
-            curve = run_curve(inputs, train_config(c.train, c.rollout), self.target_env(c, "test"), self.path("curve"),
+            curve = run_curve(inputs, train_config(c.train, c.rollout, c.seed), self.target_env(c, "test"), self.path("curve"),
                               on_done=bar.advance)
         return {"points": [[p.rollouts, p.success] for p in curve.points], "note": curve.note}
 

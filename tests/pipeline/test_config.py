@@ -20,7 +20,7 @@ def test_demo_config_loads_and_the_example_configs_load(tmp_path):
     repo = DEMO_CONFIG.parents[3]
     link = repo / "configs" / "demo.yaml"  # one file: configs/ links to the package data `tracerl demo` reads
     assert link.is_symlink() and link.resolve() == DEMO_CONFIG.resolve()
-    assert demo.rollout.max_new_tokens == 256 and train_config(demo.train, demo.rollout).rollout == demo.rollout
+    assert demo.rollout.max_new_tokens == 256 and train_config(demo.train, demo.rollout, demo.seed).rollout == demo.rollout
     load_run_config(repo / "configs" / "qwen3-8b-gpu.yaml")
     load_run_config(TAU2_CONFIG)
 
@@ -53,12 +53,21 @@ def test_one_rollout_block_reaches_every_stage_and_tracerl_train(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("rollout: {max_new_tokens: 48, batch_size: 8, temperature: 0.9}\ntrain: {hint_fraction: 0.5}\n")
     config = load_run_config(path)
-    grpo = train_config(config.train, config.rollout)
-    assert grpo.rollout == config.rollout and grpo.model_fields_set == {"hint_fraction", "rollout"}
+    grpo = train_config(config.train, config.rollout, config.seed)
+    assert grpo.rollout == config.rollout and grpo.model_fields_set == {"hint_fraction", "rollout", "seed"}
     assert "rollout" not in yaml.safe_load(config.to_yaml())["train"]  # saved once, at the top level
     assert load_run_config(path).model_dump() == RunConfig.model_validate(yaml.safe_load(config.to_yaml())).model_dump()
     assert load_config(path).rollout == config.rollout  # `tracerl train --config` reads a run config's block
 
+
+def test_the_runs_seed_seeds_training_unless_train_sets_its_own(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("seed: 3\n")
+    config = load_run_config(path)
+    assert train_config(config.train, config.rollout, config.seed).seed == 3  # a demo seed varies its training too
+    path.write_text("seed: 3\ntrain: {seed: 7}\n")
+    config = load_run_config(path)
+    assert train_config(config.train, config.rollout, config.seed).seed == 7
 
 def test_run_with_bad_config_exits_2_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "config.yaml"
