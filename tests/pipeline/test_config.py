@@ -61,13 +61,15 @@ def test_one_rollout_block_reaches_every_stage_and_tracerl_train(tmp_path):
 
 
 def test_the_runs_seed_seeds_training_unless_train_sets_its_own(tmp_path):
+    from tracerl.training.config import load_config
+
     path = tmp_path / "run.yaml"
-    path.write_text("seed: 3\n")
-    config = load_run_config(path)
-    assert train_config(config.train, config.rollout, config.seed).seed == 3  # a demo seed varies its training too
-    path.write_text("seed: 3\ntrain: {seed: 7}\n")
-    config = load_run_config(path)
-    assert train_config(config.train, config.rollout, config.seed).seed == 7
+    for text, seed in [("seed: 3\ntrain: {max_steps: 2}\n", 3), ("seed: 3\ntrain: {seed: 7}\n", 7)]:
+        path.write_text(text)
+        config = load_run_config(path)
+        assert train_config(config.train, config.rollout, config.seed).seed == seed  # a demo seed varies its training
+        assert load_config(path).seed == seed  # `tracerl train --config` reads a run config the same way
+
 
 def test_run_with_bad_config_exits_2_before_anything_runs(tmp_path, capsys):
     path = tmp_path / "config.yaml"

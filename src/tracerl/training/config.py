@@ -235,8 +235,9 @@ def load_config(path: str | Path | None, **overrides) -> TrainConfig:
             raise InputError("not valid YAML", path=str(path), line=None if line is None else line + 1) from None
         if not isinstance(data, dict):
             raise InputError("a config must be a mapping of option: value", path=str(path))
-        if "train" in data:  # a run config: its training section and its shared rollout block
-            data = {**(data["train"] or {}), **({"rollout": data["rollout"]} if "rollout" in data else {})}
+        if "train" in data:  # a run config: as its training stages read it (`tracerl.config.train_config`)
+            data = {**({"seed": data["seed"]} if "seed" in data else {}), **(data["train"] or {}),
+                    **({"rollout": data["rollout"]} if "rollout" in data else {})}
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return TrainConfig.model_validate(data)
