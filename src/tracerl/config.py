@@ -89,7 +89,9 @@ class RunConfig(Section):
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
     train_rejected: bool = Field(False, description="train adapters on environments calibration rejected (marked "
-                                 "in the report); False = `tracerl run` stops before training one, exit 2")
+                                 "in the report); False = `tracerl run` stops before training one, exit 2. Either "
+                                 "way an environment none of whose calibration groups had mixed rewards is not "
+                                 "trained (no GRPO signal)")
     compose: ComposeConfig = Field(default_factory=ComposeConfig)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
     eval: EvalConfig = Field(default_factory=EvalConfig)

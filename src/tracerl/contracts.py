@@ -279,7 +279,14 @@ class EnvCalibration(Record):
     accepted: bool = Field(description="Within TRACE's bands at `difficulty`.")
     difficulty: int = Field(description="The accepted difficulty, or the last one tried.")
     success_rate: float = Field(description="The base policy's success rate there.")
+    informative: float | None = Field(None, description="Share of its groups with mixed rewards there: the only "
+                                      "ones that carry a GRPO signal (None in an index written before it was recorded).")
     stop_reason: str
+
+    @property
+    def without_signal(self) -> bool:
+        """Every calibration group had equal rewards: GRPO would learn nothing from it."""
+        return self.informative == 0
 
 
 class EnvRecord(Record):
@@ -302,6 +309,13 @@ class EnvIndex(Contract):
 
     def built(self) -> list[str]:
         return [e.capability for e in self.environments if e.status == "DONE"]
+
+    def trainable(self) -> list[str]:
+        """The built environments an adapter is trained on: all but those whose calibration found no group
+        with mixed rewards (a constant group's advantages are 0, so training there would spend rollouts on
+        no gradient at all)."""
+        return [e.capability for e in self.environments
+                if e.status == "DONE" and not (e.calibration is not None and e.calibration.without_signal)]
 
 
 # ----------------------------------------------------------------------------- adapter runs (step 3)

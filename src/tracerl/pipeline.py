@@ -8,7 +8,8 @@ outputs exist and its inputs and config are unchanged (`tracerl.stages`). A stag
 given only the config sections it reads (`SECTIONS`, a `View`), and its cache key is every field
 of them. Training resumes from its last checkpoint, so killing a run anywhere and starting it
 again loses at most one step. An environment that calibration rejected stops the run before it
-is trained, unless the config says `train_rejected: true`.
+is trained, unless the config says `train_rejected: true`; one whose calibration groups all had
+equal rewards is not trained at all (`EnvIndex.trainable`: GRPO gets no gradient there).
 
 Workspace layout:
     config.yaml                      the resolved run config
@@ -77,8 +78,8 @@ class Pipeline:
     def path(self, rel: str) -> Path:
         return self.ws / rel
 
-    def built_envs(self) -> list[str]:
-        return self.stage_fns.built_envs()
+    def trained_envs(self) -> list[str]:
+        return self.stage_fns.trained_envs()
 
     # --- the stage graph ---------------------------------------------------------------------------
     def stage(self, name: str, inputs: list[str], outputs: list[str], *args: Any) -> Stage:
@@ -94,7 +95,7 @@ class Pipeline:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
         cfg = self.cfg
         target_files = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
-        caps = self.built_envs()
+        caps = self.trained_envs()
         live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
             self.stage("collect", target_files, ["rollouts/base.jsonl"]),
@@ -134,7 +135,7 @@ class Pipeline:
     def variants(self) -> dict[str, list[str]]:
         """Evaluated variants → the files their result depends on. `base` comes first (the others
         are compared with it)."""
-        cfg, caps = self.cfg, self.built_envs()
+        cfg, caps = self.cfg, self.trained_envs()
         variants: dict[str, list[str]] = {"base": []}
         for mode in cfg.compose.modes:
             variants[TRACE_VARIANTS[mode]] = [f"{COMPOSED_DIRS[mode]}", "eval/base.json"]
@@ -231,14 +232,15 @@ class StageFunctions:
     def selected(self) -> list[CapabilityResult]:
         return CapabilitiesFile.read(self.path("capabilities.json")).selected()
 
-    def built_envs(self) -> list[str]:
+    def trained_envs(self) -> list[str]:
+        """The environments adapters are trained on (`EnvIndex.trainable`), in selection order."""
         index = self.path("envs/index.json")
-        return EnvIndex.read(index).built() if index.exists() else []
+        return EnvIndex.read(index).trainable() if index.exists() else []
 
     def trace_rollouts(self) -> int:
         """Rollouts TRACE consumed: every adapter's GRPO rollouts plus the gate-training rollouts."""
         total = 0
-        for cap in self.built_envs():
+        for cap in self.trained_envs():
             rows = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
             total += rows[-1].rollouts_used if rows else 0
         gate = self.path("gate_data/summary.json")
@@ -328,9 +330,10 @@ class StageFunctions:
     def compose(self, c: View) -> dict[str, Any]:
         from tracerl.composition.stage import ComposeInputs, run_compose, summary
 
-        caps = self.built_envs()
+        caps = self.trained_envs()
+        selected = {cap.name: cap.definition() for cap in self.selected()}
         inputs = ComposeInputs(base=c.model.base, adapters=[self.path(f"adapters/{cap}") for cap in caps],
-                               capabilities=self.path("capabilities.json"),
+                               capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
                                envs={cap: self.path(f"envs/{cap}") for cap in caps})
         run = run_compose(inputs, c.compose, {m: self.path(COMPOSED_DIRS[m]) for m in c.compose.modes}, seed=c.seed,
                           names=TRACE_VARIANTS, gate_dir=self.path("gate_data"), batch_size=c.rollout.batch_size,
@@ -352,7 +355,7 @@ class StageFunctions:
         mode = trace_mode(c.compose.modes)
         gate = self.path("gate_data/summary.json")
         inputs = CurveInputs(variant=TRACE_VARIANTS[mode], composed=self.path(COMPOSED_DIRS[mode]),
-                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.built_envs()},
+                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.trained_envs()},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0)
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
             curve = run_curve(inputs, train_config(c.train, c.rollout, c.seed), self.target_env(c, "test"), self.path("curve"),

@@ -1,15 +1,20 @@
 """An environment calibration rejected is not trained on silently: the run stops (exit 2) naming it
-and its figures, or, with `train_rejected: true`, trains it and the report marks it.
+and its figures, or, with `train_rejected: true`, trains it and the report marks it. One none of
+whose calibration groups had mixed rewards is not trained either way, and the report says so.
 (The training path itself runs in test_pipeline_run.py, whose config rejects every environment.)"""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases, composition helpers (--import-mode=importlib)
+sys.path.insert(0, str(Path(__file__).parents[1] / "composition"))
+
 from tracerl.cli import main
 from tracerl.config import load_run_config
-from tracerl.contracts import CapabilitiesFile, EnvIndex, EnvRecord, LabelerInfo, SelectionSettings, Totals
+from tracerl.contracts import CapabilitiesFile, EnvCalibration, EnvIndex, EnvRecord, LabelerInfo, SelectionSettings, Totals
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_json, write_jsonl
 from tracerl.evaluation.report_data import load_report_data
@@ -24,22 +29,26 @@ REASONS = ["mean reward 0.050 outside [0.2, 0.6]", "success rate 0.000 outside [
            "all-zero groups 0.75 > 0.2"]
 
 
-def calibration(accepted: bool) -> dict:
-    return {"accepted": accepted, "difficulty": 1, "stats": STATS,
-            "rounds": [{"difficulty": 1, "stats": STATS, "accepted": accepted, "reasons": [] if accepted else REASONS}],
+def calibration(accepted: bool, informative: float = STATS["informative"]) -> dict:
+    stats = {**STATS, "informative": informative}
+    return {"accepted": accepted, "difficulty": 1, "stats": stats,
+            "rounds": [{"difficulty": 1, "stats": stats, "accepted": accepted, "reasons": [] if accepted else REASONS}],
             "stop_reason": "accepted" if accepted else "too hard at difficulty 0, the end of the knob",
             "bands": {}, "policy": "tiny-agent", "seeds": list(range(8)), "group_size": 8}
 
 
-def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: bool) -> tuple[Path, Path]:
+def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: bool,
+                          informative: float = STATS["informative"]) -> tuple[Path, Path]:
     """A config and a workspace whose collect, select and synthesize stages are complete."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "run.yaml"
     config.write_text(f"train_rejected: {str(train_rejected).lower()}\n")
     ws = tmp_path / "ws"
     EnvIndex(target="airline", generator="template", environments=[
-        EnvRecord(capability=CAP, status="DONE", environment=CAP, source="template")]).write(ws / "envs" / "index.json")
-    write_json(ws / "envs" / CAP / "calibration.json", calibration(accepted))
+        EnvRecord(capability=CAP, status="DONE", environment=CAP, source="template", calibration=EnvCalibration(
+            accepted=accepted, difficulty=1, success_rate=0.0, informative=informative, stop_reason="-"))
+    ]).write(ws / "envs" / "index.json")
+    write_json(ws / "envs" / CAP / "calibration.json", calibration(accepted, informative))
     write_jsonl(ws / "rollouts" / "base.jsonl", [])
     CapabilitiesFile(params=SelectionSettings(rho=0.1, delta=0.2, k=1, n=1, bootstrap=0, seed=0),
                      totals=Totals(trajectories=0, failed=0, passed=0),
@@ -72,6 +81,23 @@ def test_an_accepted_environment_or_the_option_passes_the_check(tmp_path):
         assert ("calibration rejected" in str(err.value)) is not passed
 
 
+def test_an_environment_without_mixed_groups_is_not_trained_either_way(tmp_path):
+    """No train stage, so no refusal either: with `only`, the first stage not done is the composition."""
+    for train_rejected in (True, False):
+        config, ws = synthesized_workspace(tmp_path / str(train_rejected), accepted=False,
+                                           train_rejected=train_rejected, informative=0.0)
+        pipeline = Pipeline(load_run_config(config), ws)
+        assert pipeline.trained_envs() == [] and not any(s.name.startswith("train:") for s in pipeline.stages())
+        with pytest.raises(InputError, match="stage 'compose' has not run"):
+            pipeline.run(only={"report"})
+    write_json(ws / "envs" / "tool_call_precision" / "calibration.json", calibration(False))  # trainable, not trained
+    page = render_html(load_report_data(ws), {})
+    calibration_section = page[page.index('id="calibration"'):page.index('id="training"')]
+    assert calibration_section.count("not trained: no group with mixed rewards") == 1
+    row = calibration_section[calibration_section.index(f"<b>{CAP}</b>"):]
+    assert "not trained" in row[:row.index("</tr>")]
+
+
 def test_the_report_marks_an_adapter_trained_on_a_rejected_environment(tmp_path):
     ws = tmp_path / "ws"
     for cap, accepted in ((CAP, False), ("tool_call_precision", True)):
@@ -88,3 +114,35 @@ def test_the_report_marks_an_adapter_trained_on_a_rejected_environment(tmp_path)
     calibration_section = page[page.index('id="calibration"'):page.index('id="training"')]
     row = calibration_section[calibration_section.index(f"<b>{CAP}</b>"):]
     assert "trained anyway" in row[:row.index("</tr>")]
+
+
+def test_the_composition_takes_the_trained_environments_only(tmp_path):
+    """Two capabilities selected, one environment without a mixed group: one adapter, composed alone."""
+    from contract_cases import capabilities_file
+    from composition_helpers import make_adapter
+
+    from tracerl.composition.artifact import load_composed
+    from tracerl.config import RunConfig
+    from tracerl.models.local import load_model
+    from tracerl.pipeline import SECTIONS
+    from tracerl.stages import View
+
+    ws = tmp_path / "ws"
+    silent = "tool_call_precision"
+    capabilities_file(ws / "capabilities.json", [CAP, silent])
+    config = RunConfig.model_validate({"synthesize": {"calibrate": False}, "compose": {
+        "modes": ["moe", "router"], "moe_routing": "opening", "episodes_per_capability": 2, "gate": {"max_steps": 5}}})
+    pipeline = Pipeline(config, ws)
+    pipeline.stage_fns.synthesize(View(config, SECTIONS["synthesize"]))
+    index = EnvIndex.read(ws / "envs" / "index.json")
+    for record in index.environments:
+        record.calibration = EnvCalibration(accepted=False, difficulty=1, success_rate=0.0, stop_reason="-",
+                                            informative=0.0 if record.capability == silent else 0.5)
+    index.write(ws / "envs" / "index.json")
+    assert index.built() == [CAP, silent] and pipeline.trained_envs() == [CAP]
+    model, _ = load_model("tiny-agent")
+    make_adapter(model, ws / "adapters" / CAP, seed=0, base_name="tiny-agent", scale=0.01)
+    pipeline.stage_fns.compose(View(config, SECTIONS["compose"]))
+    for folder in ("composed", "composed_router"):
+        composed = load_composed(ws / folder)
+        assert [c.name for c in composed.tracerl_composition.capabilities] == [CAP]

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracerl.composition.examples import lm_kept
 from tracerl.composition.training import GateTrainingConfig
-from tracerl.contracts import CompositionSpec, GateData, GateKept
+from tracerl.contracts import Capability, CompositionSpec, GateData, GateKept
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.core.trajectory import Trajectory
@@ -54,7 +54,8 @@ class ComposeConfig(BaseModel):
 class ComposeInputs:
     base: str  # the base model the adapters were trained on
     adapters: list[Path]  # one adapter folder per capability, in slot order
-    capabilities: Path | None = None  # a capabilities.json naming and describing them
+    capabilities: Path | list[Capability] | None = None  # a capabilities.json naming and describing them (its
+    # selected ones all need an adapter), or the capabilities themselves, one per adapter
     trajectories: list[Path] = field(default_factory=list)  # labelled rollouts that train the gates …
     envs: dict[str, Path] = field(default_factory=dict)  # … or capability → environment, rolled out here
 
@@ -143,7 +144,8 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
     specs = {}
     for mode in config.modes:
         options = ComposeOptions(
-            mode=mode, capabilities_file=None if inputs.capabilities is None else str(inputs.capabilities),
+            mode=mode, capabilities_file=str(inputs.capabilities) if isinstance(inputs.capabilities, Path) else None,
+            capabilities=inputs.capabilities if isinstance(inputs.capabilities, list) else None,
             trajectories=[str(p) for p in trajectories], heldout_fraction=config.heldout_fraction, gate=config.gate,
             top_p=config.top_p, moe_routing=config.moe_routing, labels=labels, model_name=(names or {}).get(mode), seed=seed,
             router_fit=router_fit,

@@ -270,6 +270,7 @@ def _capability_row(c: CapabilityResult) -> str:
 
 
 TRAINED_REJECTED = '<span class="badge warn">rejected by calibration, trained anyway</span>'
+NOT_TRAINED = '<span class="badge warn">not trained: no group with mixed rewards</span>'
 
 
 def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
@@ -287,6 +288,8 @@ def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
         accepted = '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>'
         if name in data.trained_rejected:
             accepted += f" {TRAINED_REJECTED}"
+        elif c.stats.informative == 0 and name not in data.training:
+            accepted += f" {NOT_TRAINED}"
         st = c.stats
         groups = " / ".join(f"{x * 100:.0f}%" for x in (st.all_success, st.all_zero, st.informative))
         cells = [f'<td class="nowrap">{_round_path(c)}</td>', _num(st.mean_reward), _num(st.success_rate),
