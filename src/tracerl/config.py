@@ -9,7 +9,7 @@ GPU-scale setting. The resolved config is saved as `config.yaml` in the workspac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -88,10 +88,10 @@ class RunConfig(Section):
     select: SelectConfig = Field(default_factory=SelectConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
-    train_rejected: bool = Field(False, description="train adapters on environments calibration rejected (marked "
-                                 "in the report); False = `tracerl run` stops before training one, exit 2. Either "
-                                 "way an environment none of whose calibration groups had mixed rewards is not "
-                                 "trained (no GRPO signal)")
+    train_rejected: bool | Literal["informative"] = Field(
+        False, description="train adapters on environments calibration rejected (marked in the report): true = "
+        "every one; 'informative' = those with a group of mixed rewards, the others left untrained (no GRPO "
+        "signal; marked too); false = `tracerl run` stops before training one, exit 2")
     compose: ComposeConfig = Field(default_factory=ComposeConfig)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
     eval: EvalConfig = Field(default_factory=EvalConfig)

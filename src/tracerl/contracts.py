@@ -310,12 +310,13 @@ class EnvIndex(Contract):
     def built(self) -> list[str]:
         return [e.capability for e in self.environments if e.status == "DONE"]
 
-    def trainable(self) -> list[str]:
-        """The built environments an adapter is trained on: all but those whose calibration found no group
-        with mixed rewards (a constant group's advantages are 0, so training there would spend rollouts on
-        no gradient at all)."""
-        return [e.capability for e in self.environments
-                if e.status == "DONE" and not (e.calibration is not None and e.calibration.without_signal)]
+    def trainable(self, skip_without_signal: bool) -> list[str]:
+        """The built environments adapters are trained on; with `skip_without_signal`, not those calibration
+        rejected with no group of mixed rewards (a constant group's advantages are 0: training there
+        would spend rollouts on no gradient at all)."""
+        return [e.capability for e in self.environments if e.status == "DONE" and not (
+            skip_without_signal and e.calibration is not None and not e.calibration.accepted
+            and e.calibration.without_signal)]
 
 
 # ----------------------------------------------------------------------------- adapter runs (step 3)

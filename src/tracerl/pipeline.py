@@ -8,8 +8,8 @@ outputs exist and its inputs and config are unchanged (`tracerl.stages`). A stag
 given only the config sections it reads (`SECTIONS`, a `View`), and its cache key is every field
 of them. Training resumes from its last checkpoint, so killing a run anywhere and starting it
 again loses at most one step. An environment that calibration rejected stops the run before it
-is trained, unless the config says `train_rejected: true`; one whose calibration groups all had
-equal rewards is not trained at all (`EnvIndex.trainable`: GRPO gets no gradient there).
+is trained, unless the config says `train_rejected: true` (or `informative`: not one whose
+calibration groups all had equal rewards, where GRPO gets no gradient).
 
 Workspace layout:
     config.yaml                      the resolved run config
@@ -56,10 +56,10 @@ SECTIONS = {
     "select": ["seed", "select", "analysis"],
     "synthesize": ["seed", "model", "rollout", "target", "synthesize", "analysis"],
     "train": ["seed", "model", "rollout", "train"],
-    "compose": ["seed", "model", "rollout", "compose"],
-    "grpo_target": ["seed", "model", "rollout", "target", "train"],
-    "curve": ["seed", "rollout", "target", "train", "compose"],
-    "eval": ["seed", "model", "rollout", "target", "eval"],
+    "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
+    "grpo_target": ["seed", "model", "rollout", "target", "train", "train_rejected"],
+    "curve": ["seed", "rollout", "target", "train", "compose", "train_rejected"],
+    "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
 }
 
@@ -79,7 +79,7 @@ class Pipeline:
         return self.ws / rel
 
     def trained_envs(self) -> list[str]:
-        return self.stage_fns.trained_envs()
+        return self.stage_fns.trained_envs(self.cfg.train_rejected)
 
     # --- the stage graph ---------------------------------------------------------------------------
     def stage(self, name: str, inputs: list[str], outputs: list[str], *args: Any) -> Stage:
@@ -232,15 +232,15 @@ class StageFunctions:
     def selected(self) -> list[CapabilityResult]:
         return CapabilitiesFile.read(self.path("capabilities.json")).selected()
 
-    def trained_envs(self) -> list[str]:
-        """The environments adapters are trained on (`EnvIndex.trainable`), in selection order."""
+    def trained_envs(self, train_rejected: bool | str) -> list[str]:
+        """The environments adapters are trained on under the config's `train_rejected`, in selection order."""
         index = self.path("envs/index.json")
-        return EnvIndex.read(index).trainable() if index.exists() else []
+        return EnvIndex.read(index).trainable(train_rejected == "informative") if index.exists() else []
 
-    def trace_rollouts(self) -> int:
+    def trace_rollouts(self, c: View) -> int:
         """Rollouts TRACE consumed: every adapter's GRPO rollouts plus the gate-training rollouts."""
         total = 0
-        for cap in self.trained_envs():
+        for cap in self.trained_envs(c.train_rejected):
             rows = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
             total += rows[-1].rollouts_used if rows else 0
         gate = self.path("gate_data/summary.json")
@@ -330,7 +330,7 @@ class StageFunctions:
     def compose(self, c: View) -> dict[str, Any]:
         from tracerl.composition.stage import ComposeInputs, run_compose, summary
 
-        caps = self.trained_envs()
+        caps = self.trained_envs(c.train_rejected)
         selected = {cap.name: cap.definition() for cap in self.selected()}
         inputs = ComposeInputs(base=c.model.base, adapters=[self.path(f"adapters/{cap}") for cap in caps],
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
@@ -347,7 +347,7 @@ class StageFunctions:
         env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
                        make_eval=self.target_env(c, "test"))
         return self._train_adapter(c, env, self.path("baselines/grpo_target"), label="grpo_target",
-                                   max_rollouts=self.trace_rollouts())
+                                   max_rollouts=self.trace_rollouts(c))
 
     def curve(self, c: View) -> dict[str, Any]:
         from tracerl.evaluation.curve import CurveInputs, run_curve
@@ -355,7 +355,7 @@ class StageFunctions:
         mode = trace_mode(c.compose.modes)
         gate = self.path("gate_data/summary.json")
         inputs = CurveInputs(variant=TRACE_VARIANTS[mode], composed=self.path(COMPOSED_DIRS[mode]),
-                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.trained_envs()},
+                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.trained_envs(c.train_rejected)},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0)
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
             curve = run_curve(inputs, train_config(c.train, c.rollout, c.seed), self.target_env(c, "test"), self.path("curve"),
@@ -385,7 +385,7 @@ class StageFunctions:
         """What plays as `variant` in this workspace, and the rollouts its training consumed."""
         if variant.startswith("trace_"):
             mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
-            return EvalVariant(variant, composed=self.path(COMPOSED_DIRS[mode]), rollouts_used=self.trace_rollouts())
+            return EvalVariant(variant, composed=self.path(COMPOSED_DIRS[mode]), rollouts_used=self.trace_rollouts(c))
         if variant == "grpo_target" or variant.startswith("adapter:"):
             name = variant.split(":", 1)[-1]
             folder = self.path("baselines/grpo_target" if variant == "grpo_target" else f"adapters/{name}")

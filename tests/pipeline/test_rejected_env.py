@@ -1,6 +1,7 @@
 """An environment calibration rejected is not trained on silently: the run stops (exit 2) naming it
-and its figures, or, with `train_rejected: true`, trains it and the report marks it. One none of
-whose calibration groups had mixed rewards is not trained either way, and the report says so.
+and its figures, or, with `train_rejected: true`, trains it and the report marks it; with
+`informative`, one none of whose calibration groups had mixed rewards is left untrained, and the
+report says so.
 (The training path itself runs in test_pipeline_run.py, whose config rejects every environment.)"""
 
 import json
@@ -37,7 +38,7 @@ def calibration(accepted: bool, informative: float = STATS["informative"]) -> di
             "bands": {}, "policy": "tiny-agent", "seeds": list(range(8)), "group_size": 8}
 
 
-def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: bool,
+def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: bool | str,
                           informative: float = STATS["informative"]) -> tuple[Path, Path]:
     """A config and a workspace whose collect, select and synthesize stages are complete."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -81,15 +82,19 @@ def test_an_accepted_environment_or_the_option_passes_the_check(tmp_path):
         assert ("calibration rejected" in str(err.value)) is not passed
 
 
-def test_an_environment_without_mixed_groups_is_not_trained_either_way(tmp_path):
-    """No train stage, so no refusal either: with `only`, the first stage not done is the composition."""
-    for train_rejected in (True, False):
+def test_informative_leaves_out_an_environment_without_mixed_groups(tmp_path):
+    """With `train_rejected: informative` it gets no train stage, so no refusal either (with `only`, the first
+    stage not done is the composition); with true it is trained, with false the run stops before it."""
+    for train_rejected, first_not_done in (("informative", "compose"), (True, f"train:{CAP}"), (False, None)):
         config, ws = synthesized_workspace(tmp_path / str(train_rejected), accepted=False,
                                            train_rejected=train_rejected, informative=0.0)
         pipeline = Pipeline(load_run_config(config), ws)
-        assert pipeline.trained_envs() == [] and not any(s.name.startswith("train:") for s in pipeline.stages())
-        with pytest.raises(InputError, match="stage 'compose' has not run"):
+        assert pipeline.trained_envs() == ([] if train_rejected == "informative" else [CAP])
+        with pytest.raises(InputError) as err:
             pipeline.run(only={"report"})
+        expected = f"stage '{first_not_done}' has not run" if first_not_done else "calibration rejected"
+        assert expected in str(err.value)
+    ws = tmp_path / "informative" / "ws"
     write_json(ws / "envs" / "tool_call_precision" / "calibration.json", calibration(False))  # trainable, not trained
     page = render_html(load_report_data(ws), {})
     calibration_section = page[page.index('id="calibration"'):page.index('id="training"')]
@@ -117,7 +122,8 @@ def test_the_report_marks_an_adapter_trained_on_a_rejected_environment(tmp_path)
 
 
 def test_the_composition_takes_the_trained_environments_only(tmp_path):
-    """Two capabilities selected, one environment without a mixed group: one adapter, composed alone."""
+    """Two capabilities selected, one environment without a mixed group left out (`informative`): one
+    adapter, composed alone."""
     from contract_cases import capabilities_file
     from composition_helpers import make_adapter
 
@@ -130,7 +136,7 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     ws = tmp_path / "ws"
     silent = "tool_call_precision"
     capabilities_file(ws / "capabilities.json", [CAP, silent])
-    config = RunConfig.model_validate({"synthesize": {"calibrate": False}, "compose": {
+    config = RunConfig.model_validate({"synthesize": {"calibrate": False}, "train_rejected": "informative", "compose": {
         "modes": ["moe", "router"], "moe_routing": "opening", "episodes_per_capability": 2, "gate": {"max_steps": 5}}})
     pipeline = Pipeline(config, ws)
     pipeline.stage_fns.synthesize(View(config, SECTIONS["synthesize"]))
@@ -142,7 +148,7 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     assert index.built() == [CAP, silent] and pipeline.trained_envs() == [CAP]
     model, _ = load_model("tiny-agent")
     make_adapter(model, ws / "adapters" / CAP, seed=0, base_name="tiny-agent", scale=0.01)
-    pipeline.stage_fns.compose(View(config, SECTIONS["compose"]))
+    pipeline.stage_fns.compose(View(config, SECTIONS["compose"]))  # its View carries train_rejected
     for folder in ("composed", "composed_router"):
         composed = load_composed(ws / folder)
         assert [c.name for c in composed.tracerl_composition.capabilities] == [CAP]
