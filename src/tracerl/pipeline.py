@@ -365,7 +365,7 @@ class StageFunctions:
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
         from tracerl.evaluation.stage import run_evaluate
 
-        played = self.eval_variant(variant)
+        played = self.eval_variant(c, variant)
         if played.composed is not None and c.model.server_url:
             from tracerl.evaluation.served import LOCAL_NOTE
 
@@ -381,7 +381,7 @@ class StageFunctions:
                                   tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance)
         return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used}
 
-    def eval_variant(self, variant: str) -> EvalVariant:
+    def eval_variant(self, c: View, variant: str) -> EvalVariant:
         """What plays as `variant` in this workspace, and the rollouts its training consumed."""
         if variant.startswith("trace_"):
             mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
