@@ -21,7 +21,7 @@ from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
-from tracerl.training.config import RolloutSettings, TrainConfig
+from tracerl.training.config import RolloutSettings, TrainConfig, run_training_options
 
 
 class Section(BaseModel):
@@ -103,8 +103,8 @@ class RunConfig(Section):
 def train_config(train: TrainConfig, rollout: RolloutSettings, seed: int) -> TrainConfig:
     """The GRPO config a training stage runs: `train` with the run's `rollout` block and, unless `train` sets
     its own, the run's `seed` (fields set stay set)."""
-    fields = train.model_dump(exclude_unset=True, exclude={"rollout"})
-    return TrainConfig.model_validate({"seed": seed, **fields, "rollout": rollout.model_dump()})
+    return TrainConfig.model_validate(run_training_options({
+        "seed": seed, "train": train.model_dump(exclude_unset=True, exclude={"rollout"}), "rollout": rollout.model_dump()}))
 
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"

@@ -279,14 +279,9 @@ class EnvCalibration(Record):
     accepted: bool = Field(description="Within TRACE's bands at `difficulty`.")
     difficulty: int = Field(description="The accepted difficulty, or the last one tried.")
     success_rate: float = Field(description="The base policy's success rate there.")
-    informative: float | None = Field(None, description="Share of its groups with mixed rewards there: the only "
-                                      "ones that carry a GRPO signal (None in an index written before it was recorded).")
+    without_signal: bool = Field(False, description="Every group's rewards were equal there "
+                                 "(`CalibrationStats.without_signal`): no GRPO signal.")
     stop_reason: str
-
-    @property
-    def without_signal(self) -> bool:
-        """Every calibration group had equal rewards: GRPO would learn nothing from it."""
-        return self.informative == 0
 
 
 class EnvRecord(Record):
@@ -544,6 +539,11 @@ class CalibrationStats(Record):
     constant: float  # share of groups whose rewards are all equal (includes the two above)
     informative: float  # 1 − constant: groups that carry a GRPO signal
     pass_at_k: dict[str, float] = Field(default_factory=dict)  # "1", "4", …: k ≤ group size only
+
+    @property
+    def without_signal(self) -> bool:
+        """Every group's rewards were equal: GRPO would learn nothing here."""
+        return self.informative == 0
 
 
 class CalibrationRound(Record):

@@ -47,7 +47,7 @@ def synthesized_workspace(tmp_path: Path, *, accepted: bool, train_rejected: boo
     ws = tmp_path / "ws"
     EnvIndex(target="airline", generator="template", environments=[
         EnvRecord(capability=CAP, status="DONE", environment=CAP, source="template", calibration=EnvCalibration(
-            accepted=accepted, difficulty=1, success_rate=0.0, informative=informative, stop_reason="-"))
+            accepted=accepted, difficulty=1, success_rate=0.0, without_signal=informative == 0, stop_reason="-"))
     ]).write(ws / "envs" / "index.json")
     write_json(ws / "envs" / CAP / "calibration.json", calibration(accepted, informative))
     write_jsonl(ws / "rollouts" / "base.jsonl", [])
@@ -143,7 +143,7 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     index = EnvIndex.read(ws / "envs" / "index.json")
     for record in index.environments:
         record.calibration = EnvCalibration(accepted=False, difficulty=1, success_rate=0.0, stop_reason="-",
-                                            informative=0.0 if record.capability == silent else 0.5)
+                                            without_signal=record.capability == silent)
     index.write(ws / "envs" / "index.json")
     assert index.built() == [CAP, silent] and pipeline.trained_envs() == [CAP]
     model, _ = load_model("tiny-agent")

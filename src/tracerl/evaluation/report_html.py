@@ -288,7 +288,7 @@ def _calibration(data: ReportData, figures: dict[str, bytes]) -> str:
         accepted = '<span class="badge pass">accepted</span>' if c.accepted else '<span class="badge fail">rejected</span>'
         if name in data.trained_rejected:
             accepted += f" {TRAINED_REJECTED}"
-        elif c.stats.informative == 0 and name not in data.training:
+        elif c.stats.without_signal and name not in data.training:
             accepted += f" {NOT_TRAINED}"
         st = c.stats
         groups = " / ".join(f"{x * 100:.0f}%" for x in (st.all_success, st.all_zero, st.informative))

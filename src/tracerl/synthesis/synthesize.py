@@ -141,7 +141,7 @@ def env_record(outcome: SynthesisOutcome, calibration: CalibrationResult | None,
         source=outcome.source, error=outcome.error,
         calibration=None if calibration is None else EnvCalibration(
             accepted=calibration.accepted, difficulty=calibration.difficulty,
-            success_rate=calibration.stats.success_rate, informative=calibration.stats.informative,
+            success_rate=calibration.stats.success_rate, without_signal=calibration.stats.without_signal,
             stop_reason=calibration.stop_reason),
     )
 

@@ -221,6 +221,13 @@ class TrainConfig(BaseModel):
         return min(self.num_generations, max(1, round(self.hint_fraction * self.num_generations)))
 
 
+def run_training_options(run: dict[str, Any]) -> dict[str, Any]:
+    """A run config's (mapping's) training options, as every training stage and `tracerl train --config`
+    read them: the run's `seed` unless `train` sets its own, `train`'s options, the run's `rollout` block."""
+    return {**({"seed": run["seed"]} if "seed" in run else {}), **(run.get("train") or {}),
+            **({"rollout": run["rollout"]} if "rollout" in run else {})}
+
+
 def load_config(path: str | Path | None, **overrides) -> TrainConfig:
     """Read a YAML/JSON config (all keys optional), apply non-None `overrides`; one-line error if bad."""
     data: dict = {}
@@ -235,9 +242,8 @@ def load_config(path: str | Path | None, **overrides) -> TrainConfig:
             raise InputError("not valid YAML", path=str(path), line=None if line is None else line + 1) from None
         if not isinstance(data, dict):
             raise InputError("a config must be a mapping of option: value", path=str(path))
-        if "train" in data:  # a run config: as its training stages read it (`tracerl.config.train_config`)
-            data = {**({"seed": data["seed"]} if "seed" in data else {}), **(data["train"] or {}),
-                    **({"rollout": data["rollout"]} if "rollout" in data else {})}
+        if "train" in data:  # a run config: as its training stages read it
+            data = run_training_options(data)
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return TrainConfig.model_validate(data)
