@@ -229,7 +229,8 @@ class TargetFile(Contract):
     result_examples: dict[str, dict[str, Any]] = Field(description="Tool → one JSON object it returned.")
     request_examples: dict[str, list[dict[str, Any]]] = Field(
         default_factory=dict, description='Write tool → [{"request": the target user\'s words, values as "{parameter}", '
-                                          '"record": the record it was made on, "allowed": whether its rules allowed it}].')
+                                          '"record": the record it was made on, "user": the user\'s fields, "allowed": '
+                                          'whether its rules allowed it, "write": the write that serves it}].')
     rules: list[str] = Field(default_factory=list, description="The target's domain rule lines.")
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
 

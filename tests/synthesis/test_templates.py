@@ -2,6 +2,7 @@
 and their rewards give the hand-computed values for known behaviours."""
 
 import copy
+import json
 import random
 
 import pytest
@@ -236,26 +237,41 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
     assert retail.result_examples is None
 
 
-def test_request_examples_keep_requests_that_state_every_argument():
+def test_request_examples_keep_requests_that_name_their_record_and_say_every_value():
     from tracerl.synthesis.target import fill_request, request_examples, request_parameters
 
     cancel = {"name": "cancel_reservation", "arguments": {"reservation_id": "oak"}}
     bags = {"name": "update_reservation_baggages",
             "arguments": {"reservation_id": "oak", "total_baggages": 3, "payment_id": "gift_card_harp"}}
-    record = {"reservation_id": "oak", "cabin": "business"}
+    certificate = {"name": "send_certificate", "arguments": {"user_id": "ada_lee_owl", "amount": 200}}
+    record = {"reservation_id": "oak", "cabin": "business", "user_id": "ada_lee_owl"}
+    gold = {"membership": "gold"}
     found = request_examples([
-        ("cancel reservation oak because of my health", cancel, record, True),
-        ("cancel reservation oak because of my health", cancel, record, True),  # kept once
-        ("cancel reservation oak because of my health", cancel, {**record, "cabin": "economy"}, False),
-        ("soak reservation oak, oak!", cancel, record, True),  # whole words only, every occurrence
-        ("cancel my booking", cancel, record, True),  # the id is not said: dropped
-        ("add 1 checked bag to reservation oak, paid with gift_card_harp", bags, record, True),  # a computed count
+        ("cancel reservation oak because of my health", cancel, record, gold, True),
+        ("cancel reservation oak because of my health", cancel, record, gold, True),  # kept once
+        ("cancel reservation oak because of my health", cancel, {**record, "cabin": "economy"}, gold, False),
+        ("soak reservation oak, oak!", cancel, record, gold, True),  # whole words only, every occurrence
+        ("cancel my booking", cancel, record, gold, True),  # the record is not named: dropped
+        ("add 1 checked bag to reservation oak, paid with gift_card_harp", bags, record, gold, True),  # a count
+        ("add 1 checked bag to reservation oak", bags, record, gold, True),  # the payment is not said: dropped
+        ("compensate me for reservation oak", certificate, record, gold, True),  # the user's id, an amount
+        ("compensate me", certificate, record, gold, True),  # no record named: dropped
     ])
     health = "cancel reservation {reservation_id} because of my health"
-    assert found == {"cancel_reservation": [
-        {"request": health, "record": record, "allowed": True},
-        {"request": health, "record": {**record, "cabin": "economy"}, "allowed": False},
-        {"request": "soak reservation {reservation_id}, {reservation_id}!", "record": record, "allowed": True}]}
+    by_id = {"name": "cancel_reservation", "arguments": {"reservation_id": "{reservation_id}"}}
+    assert found == {
+        "cancel_reservation": [
+            {"request": health, "record": record, "user": gold, "allowed": True, "write": by_id},
+            {"request": health, "record": {**record, "cabin": "economy"}, "user": gold, "allowed": False, "write": by_id},
+            {"request": "soak reservation {reservation_id}, {reservation_id}!", "record": record, "user": gold,
+             "allowed": True, "write": by_id}],
+        "update_reservation_baggages": [
+            {"request": "add 1 checked bag to reservation {reservation_id}, paid with {payment_id}", "record": record,
+             "user": gold, "allowed": True, "write": {"name": "update_reservation_baggages", "arguments": {
+                 "reservation_id": "{reservation_id}", "total_baggages": 3, "payment_id": "{payment_id}"}}}],
+        "send_certificate": [
+            {"request": "compensate me for reservation {reservation_id}", "record": record, "user": gold, "allowed": True,
+             "write": {"name": "send_certificate", "arguments": {"user_id": "{user_id}", "amount": 200}}}]}
     assert request_parameters(health) == {"reservation_id"}
     assert fill_request(health, {"reservation_id": "elm"}) == "cancel reservation elm because of my health"
 
@@ -264,7 +280,8 @@ def test_airline_request_examples_are_its_users_requests_on_their_records(airlin
     from tracerl.contracts import TargetFile
     from tracerl.envs.airline.policy import booked_within_24h
 
-    assert set(airline.request_examples) == {"cancel_reservation"}  # the other writes take computed values
+    # a flight change's flights and cabin are neither said nor computed numbers
+    assert set(airline.request_examples) == {"cancel_reservation", "send_certificate", "update_reservation_baggages"}
     examples = airline.request_examples["cancel_reservation"]
     assert {e["allowed"] for e in examples} == {True, False}
     health = [e for e in examples if e["request"] == "cancel reservation {reservation_id} because of my health"]
@@ -304,26 +321,31 @@ def test_multi_step_asks_the_targets_requests_on_their_records(airline):
 def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, retail):
     env = PreconditionVerificationEnv(airline, difficulty=0)
     assert env.has_target_requests and env.acts[0].name == "cancel_reservation"
+    # the writes whose requests the rules decide both ways; a compensation is sent to the user, on no record
+    assert [a.name for a in env.decided_acts] == ["cancel_reservation", "send_certificate"]
+    assert "send_certificate" in env.task_tools()
     kinds = []
     for seed in range(200):
         task = env.task(seed)
-        kinds.append(task.kind)
+        act = task.expected["acts"][next(iter(task.records))]
+        kinds.append((task.kind, act))
         if not task.kind.startswith("target-"):  # the template's own condition
             assert task.rules == env.rules("cancel_reservation") and "status is 'active'" in task.rules[0]
             continue
         (record_id, record), (request,) = next(iter(task.records.items())), task.requests
-        matches = [e for e in airline.request_examples["cancel_reservation"]
-                   if e["request"].replace("{reservation_id}", record_id) == request
+        matches = [e for e in airline.request_examples[act]
+                   if e["request"].replace("{reservation_id}", record_id) == request and e["user"] == task.user_fields
                    and all(record.get(k) == v for k, v in e["record"].items() if k not in ("reservation_id", "user_id"))]
         assert matches, request
         assert task.kind == ("target-allowed" if matches[0]["allowed"] else "target-forbidden")
-        assert [g.name for g in task.gold] == ["get_reservation_details"] + ["cancel_reservation"] * (task.kind == "target-allowed")
+        assert [g.name for g in task.gold] == ["get_reservation_details"] + [act] * (task.kind == "target-allowed")
         assert task.rules == list(airline.rules)  # the target's own rules decide
         assert task.hint == HINT  # the guidance an agent built with --hinted-share was shown
-    target = [k for k in kinds if k.startswith("target-")]
+    target = [k for k in kinds if k[0].startswith("target-")]
     assert 0.4 < len(target) / 200 < 0.6  # half the tasks
-    assert 0.35 < target.count("target-forbidden") / len(target) < 0.65  # each decision as often as the other
-    forbidden = _seed_of_kind(env, "target-forbidden")
+    assert 0.35 < sum(k == "target-forbidden" for k, _ in target) / len(target) < 0.65  # each decision as often
+    assert 0.35 < sum(a == "send_certificate" for _, a in target) / len(target) < 0.65  # each write as often
+    forbidden = next(s for s in range(100) if kinds[s] == ("target-forbidden", "cancel_reservation"))
     (check,) = env.oracle(forbidden)
     cancel = Action(name="cancel_reservation", arguments=dict(check.arguments))
     assert play(env, forbidden, [check])[0] == 1.0
@@ -331,6 +353,48 @@ def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, re
     retail_env = PreconditionVerificationEnv(retail, difficulty=0)  # no users' words: the template's conditions only
     assert not retail_env.has_target_requests
     assert {retail_env.task(s).kind for s in range(40)} == {"allowed", "forbidden"}
+
+
+def test_precondition_asks_for_compensation_on_the_users_and_the_records_fields(airline):
+    env = PreconditionVerificationEnv(airline, difficulty=0)
+    compensations = [s for s in range(200) if env.task(s).expected["acts"].get(
+        next(iter(env.task(s).records))) == "send_certificate"]
+    seeds = {kind: next(s for s in compensations if env.task(s).kind == kind) for kind in ("target-allowed", "target-forbidden")}
+    for seed in compensations:
+        task = env.task(seed)
+        ((record_id, record),) = task.records.items()
+        env.reset(seed=seed)
+        user = json.loads(env.step(Message.assistant(tool_calls=[ToolCall.make(
+            "get_user_details", {"user_id": task.user_id}, "u")]))[0][0].content)
+        assert user["membership"] == task.user_fields["membership"] and user["reservations"] == [record_id]
+        # the policy's compensation rule, read off the user's and the reservation's fields
+        eligible = any(f["status"] == "cancelled" for f in record["flights"]) and (
+            user["membership"] in ("silver", "gold") or record["insurance"] == "yes" or record["cabin"] == "business")
+        assert eligible == (task.kind == "target-allowed")
+    allowed, forbidden = seeds["target-allowed"], seeds["target-forbidden"]
+    check, send = env.oracle(allowed)
+    assert send.arguments == {"user_id": env.task(allowed).user_id,
+                              "amount": 100 * env.task(allowed).records[check.arguments["reservation_id"]]["passengers"]}
+    assert play(env, allowed, [check, send])[0] == 1.0
+    assert play(env, allowed, [check])[0] == pytest.approx(0.3)  # read, then refused what the rules allow
+    wrong_amount = Action(name="send_certificate", arguments={**send.arguments, "amount": send.arguments["amount"] + 100})
+    assert play(env, allowed, [check, wrong_amount])[0] == pytest.approx(0.7)  # right decision, wrong amount
+    (check,) = env.oracle(forbidden)
+    sent = Action(name="send_certificate", arguments={"user_id": env.task(forbidden).user_id, "amount": 100})
+    assert play(env, forbidden, [check])[0] == 1.0
+    assert play(env, forbidden, [check, sent])[0] == pytest.approx(0.3)  # sent what the rules forbid
+    cancelled = Action(name="cancel_reservation", arguments=dict(check.arguments))
+    assert play(env, forbidden, [check, cancelled])[0] == pytest.approx(0.3)  # a write on the record is no refusal
+
+
+def test_precondition_attributes_a_write_on_the_user_to_its_own_request(airline):
+    env = PreconditionVerificationEnv(airline, difficulty=3)  # two requests a task
+    seed = next(s for s in range(300) if env.task(s).kind == "target-allowed+forbidden"
+                and list(env.task(s).expected["acts"].values()) == ["send_certificate", "cancel_reservation"])
+    task = env.task(seed)
+    assert play(env, seed, env.oracle(seed))[0] == 1.0  # the certificate is no try at the forbidden cancellation
+    reads = [g for g in task.gold if g.name == "get_reservation_details"]
+    assert play(env, seed, reads)[0] == pytest.approx(0.5 * (0.3 + 1.0))  # refused both: one decision wrong
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):

@@ -12,8 +12,9 @@ every capability template is built from. `result_examples` keeps one observed JS
 tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
 from any trajectories), so templates can answer in the target's record and write-result shapes;
 `request_examples` keeps the target users' own wording of a request for each write tool, with
-the record it was made on and whether the target's rules (`rules`) allowed it there, so templates
-can ask the target's own requests on records where its rules decide them as they did.
+the record and user it was made on, the write that serves it and whether the target's rules
+(`rules`) allowed it there, so templates can ask the target's own requests on records where its
+rules decide them as they did.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ class Target:
     rules: tuple[str, ...] = ()  # its domain rules ("Cancel: …"), for templates that ask its own requests
     value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
     result_examples: dict[str, dict[str, Any]] | None = None  # tool -> one JSON object it returned
-    # write tool -> [{"request": the user's words, each argument's value as "{parameter}",
+    # write tool -> [{"request": the user's words, each value said as "{parameter}",
     #                 "record": the record it was made on, as the check tool returned it,
-    #                 "allowed": whether the target's rules allowed it there}]
+    #                 "user": the user's record there, "allowed": whether the target's rules allowed it,
+    #                 "write": the write {name, arguments} that serves it}] (see `request_examples`)
     request_examples: dict[str, list[dict[str, Any]]] | None = None
 
     def tool(self, name: str) -> ToolSchema:
@@ -168,25 +170,40 @@ def _oracle_result_examples(env: Any, seeds: int = 20) -> dict[str, dict[str, An
     return observed_result_examples(trajectories, {t.name for t in env.tools})
 
 
-def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any], bool]],
+def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any], bool]],
                      per_tool: int = 40) -> dict[str, list[dict[str, Any]]]:
-    """Write tool -> [{"request", "record", "allowed"}], from (the user's words, the write call {name,
-    arguments} that served them — or would have, where the rules forbid it —, the record it was made
-    on, whether the rules allowed it): each argument's value in the words replaced by "{parameter}".
-    A request is kept only if it states every argument as a string, word for word — a value the
-    agent computes (a bag count, a price) cannot be given in the user's words."""
+    """Write tool -> [{"request", "record", "user", "allowed", "write"}], from (the user's words, the
+    write call {name, arguments} that served them — or would have, where the rules forbid it —, the
+    record it was made on, the user's record, whether the rules allowed it).
+
+    A request must name its record (each "…_id" string of the record but the user's, word for word)
+    and each argument of the write must be said in the words word for word (a string), be the user's
+    id, or be a number the agent computes from the records (a bag count, a certificate's amount).
+    Every value said is replaced by "{parameter}" in the words and in the write's arguments, the
+    user's id by "{user_id}"; a computed number stays as it was, right for the kept record."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for text, call, record, allowed in requests:
-        arguments = call.get("arguments", {})
-        if not arguments or "{" in text or not all(isinstance(v, str) and v for v in arguments.values()):
+    for text, call, record, user, allowed in requests:
+        if "{" in text:
             continue
-        for name, value in arguments.items():
-            text, count = re.subn(rf"(?<!\w){re.escape(value)}(?!\w)", "{" + name + "}", text)
-            if not count:
+        named = {k: v for k, v in record.items() if k.endswith("_id") and k != "user_id" and isinstance(v, str) and v}
+        arguments = call.get("arguments", {})
+        write = {}
+        for name, value in {**named, **arguments}.items():
+            said = isinstance(value, str) and value and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text)
+            if said:
+                text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", "{" + name + "}", text)
+            elif name in named:
+                break  # the request does not name its record
+            elif value == record.get("user_id") and isinstance(value, str):
+                value = "{user_id}"
+            elif not isinstance(value, (int, float)) or isinstance(value, bool):
                 break
+            if name in arguments:
+                write[name] = "{" + name + "}" if said else value
         else:
             bucket = found.setdefault(call["name"], [])
-            example = {"request": text, "record": record, "allowed": allowed}
+            example = {"request": text, "record": record, "user": user, "allowed": allowed,
+                       "write": {"name": call["name"], "arguments": write}}
             if example not in bucket and len(bucket) < per_tool:
                 bucket.append(example)
     return found
@@ -206,22 +223,26 @@ def fill_request(request: str, arguments: dict[str, Any]) -> str:
 
 def task_request_examples(env: Any, seeds: Iterable[int] = range(1000), per_tool: int = 300) -> dict[str, list[dict[str, Any]]]:
     """The built-in domain's requests on the task `seeds`, each with the write that serves it (or would,
-    ignoring the rules), the record it is about as the check tool returns it, and whether the rules
-    allow it (see `request_examples`)."""
+    ignoring the rules), the record it is about and the user's record as the read tools return them
+    (the user's id and record list left out), and whether the rules allow it (see `request_examples`)."""
     from tracerl.core.messages import Message, ToolCall
 
     family = tool_families(tuple(env.tools))[0]
+
+    def read(name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
+        result = env.step(Message.assistant(tool_calls=[ToolCall.make(name, arguments, "read")]))[0][0].content or ""
+        return json.loads(result) if result.startswith("{") else None
+
     found = []
     for seed in seeds:
-        for sub in env.reset(seed=seed)[1]["_task"].subtasks:
+        task = env.reset(seed=seed)[1]["_task"]
+        user = read("get_user_details", {"user_id": task.user_id}) or {}
+        user = {k: v for k, v in user.items() if k not in ("user_id", f"{family.entity}s")}
+        for sub in task.subtasks:
             writes = sub.writes if sub.allowed else sub.anyway_writes
-            if not writes:
-                continue
-            write = writes[0].model_dump()
-            read = ToolCall.make(family.check.name, {family.id_param: write["arguments"].get(family.id_param)}, "read")
-            result = env.step(Message.assistant(tool_calls=[read]))[0][0].content or ""
-            if result.startswith("{"):
-                found.append((sub.request, write, json.loads(result), sub.allowed))
+            record = read(family.check.name, {family.id_param: sub.reservation_id}) if writes else None
+            if record is not None:
+                found.append((sub.request, writes[0].model_dump(), record, user, sub.allowed))
     return request_examples(found, per_tool=per_tool)
 
 
