@@ -175,3 +175,49 @@ def test_lockstep_where_continuous_does_not_apply(toy, tokenizer, model):
     assert not supports_continuous(windowed) and LocalPolicy(windowed, tokenizer).turns(8) is None
     windowed.config.layer_types = ["full_attention", "full_attention"]
     assert supports_continuous(windowed)
+
+
+@pytest.mark.parametrize("mode, moe_routing", [("moe", "opening"), ("moe", "token"), ("router", None)])
+def test_composed_model_records_equal_lockstep(toy, tokenizer, tmp_path, mode, moe_routing):
+    from tracerl.composition.adapters import load_adapter
+    from tracerl.composition.composed import compose
+    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.composition.router import TaskRouter
+    from tracerl.contracts import Capability
+    from tracerl.core.messages import Message
+
+    dirs = []
+    for seed, name in ((1, "alpha"), (2, "beta")):
+        torch.manual_seed(seed)
+        peft = get_peft_model(toy.make_model(tokenizer), LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                                                    target_modules=["q_proj", "v_proj", "up_proj"]))
+        peft.save_pretrained(tmp_path / name)
+        dirs.append(tmp_path / name)
+    caps = [Capability(name="alpha", description="store items"), Capability(name="beta", description="look things up")]
+    openings = ["Thanks, bye.", "Please go on.", "I will look it up.", "Please set the price of A1 to 12.", "Done."]
+
+    class Openings(toy.StoreEnv):  # openings the random gates send to different slots
+        def _setup(self, seed, options):
+            box, opening, info = super()._setup(seed, options)
+            return box, [opening[0], Message.user(openings[seed])], info
+
+    episodes = [Episode(seed=s) for s in range(5)]
+
+    def run(engine):
+        model = toy.make_model(tokenizer)
+        composition = compose(model, [load_adapter(d) for d in dirs], caps, mode=mode, gate_init_std=1.0, seed=1)
+        composition.tokenizer = tokenizer
+        if moe_routing:
+            composition.moe_routing = moe_routing
+        else:
+            composition.router = TaskRouter(model, tokenizer, caps)
+        policy = ComposedPolicy(composition.composed_model, tokenizer, temperature=1.0, max_new_tokens=10, seed=1,
+                                engine=engine)
+        assert (policy.turns(8) is not None) == (engine == "continuous")
+        return rollout(Openings, policy, episodes, batch_size=3)
+
+    continuous = run("continuous")
+    assert_same_records(continuous, run("lockstep"))
+    if mode == "router" or moe_routing == "opening":  # routed once per episode, the slot kept in its record
+        slots = {max(t.info["routing"], key=t.info["routing"].get) for t in continuous}
+        assert len(slots) >= 2 or mode == "router"  # one running batch mixes episodes routed apart

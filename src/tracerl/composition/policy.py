@@ -10,7 +10,7 @@ weights in the session's state, and hands every forward call the weights of the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from tracerl.composition.composed import composition_of
 from tracerl.core.errors import InputError
@@ -24,13 +24,17 @@ WEIGHTS_KEY = "routing_weights"
 class ComposedPolicy(LocalPolicy):
     """A LocalPolicy whose model is a composed model (any mode; the composed model or its base with the
     composition installed). Sessions' `adapter` must be None or the policy's name; the composition
-    decides the adapters."""
+    decides the adapters. The continuous engine samples it too: each session's routing weights ride
+    in its requests' `extra`, one row of `routing_weights` per running row."""
+
+    samples_continuously: ClassVar[bool] = True  # its act / _request / generate_requests: see `LocalPolicy.turns`
 
     def __init__(self, model: Any, tokenizer: Any = None, **kwargs: Any):
         composition = composition_of(model)
         model = composition.composed_model
         super().__init__(model, tokenizer if tokenizer is not None else model.tracerl_tokenizer, **kwargs)
         self.composition = composition
+        self._pending: dict[int, Any] = {}  # id(session) -> its routing weights, from `act`
 
     @property
     def adapters(self) -> list[str]:
@@ -61,10 +65,16 @@ class ComposedPolicy(LocalPolicy):
         if self.composition.routes_by_weights:
             extra = session.state.extra
             if WEIGHTS_KEY not in extra:
-                extra[WEIGHTS_KEY] = tuple(float(x) for x in self._pending.pop(id(session)))
+                pending = self._pending.pop(id(session), None)
+                if pending is None:  # a turn of the continuous engine: no `act` routed its batch
+                    pending = self.composition.weights_for([session.messages], [session.tools])[0]
+                extra[WEIGHTS_KEY] = tuple(float(x) for x in pending)
                 session.info["routing"] = dict(zip(self.composition.slot_names, (round(x, 4) for x in extra[WEIGHTS_KEY])))
             request.extra = extra[WEIGHTS_KEY]
         return request
+
+    def continuous_forward_kwargs(self, route: str | None):
+        return self.composition.forward_kwargs
 
     def generate_requests(self, requests: list[GenerationRequest]) -> list:
         """Generate through the composed model. Requests of a composition routed per episode without

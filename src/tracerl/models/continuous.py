@@ -51,10 +51,11 @@ PREFILL_TOKENS = 16384  # padded tokens per prefill forward; more rows wait for 
 def supports_continuous(model: torch.nn.Module) -> bool:
     """Whether `model`'s attention takes a custom 4D mask and a cache object through `update`: full
     attention in every layer (one mask serves all; a sliding-window or linear-attention layer would
-    be given the full mask), sdpa or eager, not a composed model."""
+    be given the full mask), sdpa or eager. A composed model qualifies: its routing is per token or
+    per row (`routing_weights`, one row per running turn)."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(inner, "config", None)
-    if config is None or getattr(inner, "tracerl_composition", None) is not None:
+    if config is None:
         return False
     if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []) or getattr(config, "use_sliding_window", False):
         return False
@@ -397,7 +398,7 @@ class PolicyTurns:
         if sampler is None:
             module = p.routes[route] if route is not None else p.model
             sampler = ContinuousSampler(module, max_rows=self.max_rows, pad_id=p.pad_id, logprobs_mode=p.logprobs_mode,
-                                        forward_kwargs=None if route is not None else p._adapter_kwargs())
+                                        forward_kwargs=p.continuous_forward_kwargs(route))
             self.samplers[route] = sampler
         self.sessions[key] = (session, route)
         sampler.add(key, request)

@@ -22,8 +22,9 @@ Engines: `engine="continuous"` (the default) lets `tracerl.envs.runner.rollout` 
 episodes through one running batch (`tracerl.models.continuous`: a turn leaves the batch when it
 ends, the episode's next turn joins when the environment has answered; a preallocated KV cache per
 episode; the shared prompt prefix run once). Records and seeds are those of `act`. Models it
-cannot serve (flash attention, sliding-window layers, composed models) and subclasses that change `act` or
-`generate_requests` use `act` in lockstep, as does `engine="lockstep"`.
+cannot serve (flash attention, sliding-window layers) and subclasses that change `act`, `_request` or
+`generate_requests` (unless they declare `samples_continuously`, as `ComposedPolicy` does) use `act`
+in lockstep, as does `engine="lockstep"`.
 
 Sampling: temperature (0 = greedy), top-p, `max_new_tokens`, one `torch.Generator` per session
 seeded from (policy seed, session number) — reruns with the same seed and the same call order
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -103,6 +104,10 @@ def is_embedded_agent(path: str | Path) -> bool:
 
 class LocalPolicy:
     """`tracerl.core.policy.Policy` over an in-process causal LM. See the module docstring."""
+
+    # A class that declares this makes its act / _request / generate_requests ones the continuous
+    # engine reproduces; a subclass that overrides them without declaring it samples in lockstep.
+    samples_continuously: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -227,11 +232,17 @@ class LocalPolicy:
         if self.engine != "continuous":
             return None
         cls = type(self)
-        if any(getattr(cls, m) is not getattr(LocalPolicy, m) for m in ("act", "generate_requests", "_request")):
+        owner = next(c for c in cls.__mro__ if c.__dict__.get("samples_continuously"))
+        if any(getattr(cls, m) is not getattr(owner, m) for m in ("act", "generate_requests", "_request")):
             return None
         if not all(supports_continuous(m) for m in [self.model, *self.routes.values()]):
             return None
         return PolicyTurns(self, max_rows=min(max_rows, self.max_batch_size))
+
+    def continuous_forward_kwargs(self, route: str | None):
+        """The continuous sampler's per-row forward arguments for the model behind `route` (None: the
+        policy's model, its adapters picked per row)."""
+        return None if route is not None else self._adapter_kwargs()
 
     def generate_requests(self, requests: list[GenerationRequest]) -> list:
         """Run requests (their `extra` = adapter/route name or None) grouped by backing module."""
