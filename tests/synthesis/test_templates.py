@@ -150,6 +150,31 @@ def test_precision_rewards(retail):
     assert play(env, 1, [gold, typo])[0] == pytest.approx(6 / 7)
 
 
+def test_precision_asks_the_targets_bag_requests_with_the_counts_its_rules_compute(airline):
+    import re
+
+    from tracerl.envs.airline.policy import free_bags
+
+    env = ToolCallPrecisionEnv(airline, difficulty=1)
+    assert env.acts[0].name == "update_reservation_baggages" and env.target_requests
+    kinds = [env.task(s).kind for s in range(100)]
+    assert 0.35 < kinds.count("target-1-call") / 100 < 0.65  # half the tasks
+    for seed in [s for s, k in enumerate(kinds) if k == "target-1-call"][:20]:
+        task = env.task(seed)
+        ((record_id, record),), (request,), (gold,) = task.records.items(), task.requests, task.gold
+        added = int(re.search(r"add (\d+) checked bag", request).group(1))
+        total = record["total_baggages"] + added
+        free = free_bags(task.user_fields["membership"], record["cabin"], record["passengers"])
+        assert gold.arguments == {"reservation_id": record_id, "total_baggages": total,
+                                  "nonfree_baggages": max(0, total - free), "payment_id": gold.arguments["payment_id"]}
+        assert gold.arguments["payment_id"] in request and task.rules == list(airline.rules)
+    seed = kinds.index("target-1-call")
+    (gold,) = env.oracle(seed)
+    assert play(env, seed, [gold])[0] == 1.0
+    counted = Action(name=gold.name, arguments={**gold.arguments, "nonfree_baggages": gold.arguments["nonfree_baggages"] + 1})
+    assert play(env, seed, [counted])[0] == pytest.approx(0.75)  # one count mis-picked of four values
+
+
 def test_user_answers_like_the_airline_user(airline):
     from tracerl.core.messages import Message
 

@@ -34,6 +34,7 @@ _VERB_STATUS = {
     "exchange": "exchange requested", "send": "sent", "book": "booked",
 }
 MAX_DIFFICULTY = 4
+TARGET_WORDED_SHARE = 0.5  # tasks that are the target's own requests, in templates that ask them
 
 
 @dataclass
@@ -49,6 +50,16 @@ class Task:
     expected: dict[str, Any] = field(default_factory=dict)  # what the template's scorer needs
     user_id: str | None = None  # the user's id, given when the agent asks for it
     user_fields: dict[str, Any] = field(default_factory=dict)  # the user tool's fields besides the id and records
+
+
+@dataclass
+class TargetRequest:
+    """One of the target users' requests asked on a template's record (`TemplateEnv.ask_target_request`)."""
+
+    text: str  # the user's words, the template's values in them
+    arguments: dict[str, Any]  # the write that serves it, on the template's record and user
+    fields: dict[str, Any]  # the record's fields it was made on (its id and user left out)
+    user: dict[str, Any]  # the user's fields it was made on
 
 
 class TemplateEnv(ToolEnv):
@@ -158,6 +169,29 @@ class TemplateEnv(ToolEnv):
         text = fill_request(example["request"], arguments)
         fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
         return text, copy.deepcopy(fields), example["allowed"]
+
+    def askable_requests(self, act: ToolSchema) -> list[dict[str, Any]]:
+        """The target's requests for `act` (`Target.request_examples`) a template can ask on its own
+        record: they name the record and say no value but the act's arguments."""
+        said = {self.id_param, *act.parameters.get("properties", {})}
+        return [e for e in (self.target.request_examples or {}).get(act.name, [])
+                if "write" in e and self.id_param in request_parameters(e["request"])
+                and request_parameters(e["request"]) <= said]
+
+    def ask_target_request(self, act: ToolSchema, example: dict[str, Any], rng: random.Random, record_id: str,
+                           user_id: str | None) -> TargetRequest:
+        """`example` (one of `askable_requests(act)`) on record `record_id` of user `user_id`: the values
+        it says drawn anew (`arguments`), a value the agent computes kept — right for the record's and
+        the user's fields, which come with it, so the target's rules decide and compute it here as they
+        did there."""
+        said = request_parameters(example["request"]) - {self.id_param}
+        values = {**self.arguments(act, rng, record_id), self.id_param: record_id, "user_id": user_id}
+        values = {k: v for k, v in values.items() if k in said or k in (self.id_param, "user_id")}
+        arguments = {k: values[v[1:-1]] if isinstance(v, str) and v.startswith("{") else v
+                     for k, v in example["write"]["arguments"].items()}
+        fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
+        return TargetRequest(text=fill_request(example["request"], values), arguments=arguments,
+                             fields=copy.deepcopy(fields), user=copy.deepcopy(example.get("user", {})))
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""

@@ -5,17 +5,26 @@ Task: the target's flat write tool with the most parameters; the user gives ever
 outdated value for one parameter, which must not be used. Reward: for each requested call, the
 share of its parameters right in the last write of that tool on that record; averaged. Success
 = every value exact.
+
+Where the target has its users' own requests for that write (`Target.request_examples`, the ones
+its rules allowed), half the tasks are one of them instead (kind "target-1-call"): the user's
+words, the record and user fields it was made on, the target's rules in the prompt, and the write
+the target's rules make of them — on the built-in airline a bag request, whose total and paid bag
+counts the agent computes from the reservation (cabin, passengers, bags it has) and the user's
+membership: the values the target's agent mis-picks, scored value by value.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from functools import cached_property
 
 from tracerl.core.messages import Action, canonical_json
 from tracerl.core.tools import ToolSchema
+from tracerl.envs.airline.policy import rule_hint
 from tracerl.synthesis.target import ToolFamily, argument_complexity, is_flat
-from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
 
 
 class ToolCallPrecisionEnv(TemplateEnv):
@@ -26,7 +35,26 @@ class ToolCallPrecisionEnv(TemplateEnv):
         flat = [a for a in family.acts if is_flat(a)] or list(family.acts)
         return [max(flat, key=lambda a: (argument_complexity(a), a.name))]
 
+    @cached_property
+    def target_requests(self) -> list[dict]:
+        """The target users' requests for the write that its rules allowed (`askable_requests`)."""
+        return [e for e in self.askable_requests(self.acts[0]) if e["allowed"]]
+
+    def target_task(self, rng: random.Random) -> Task:
+        """One of the target users' requests for the write, the target's rules in the prompt."""
+        act = self.acts[0]
+        (record_id,) = self.new_ids(rng, 1)
+        user_id = self.new_user_id(rng)
+        asked = self.ask_target_request(act, rng.choice(self.target_requests), rng, record_id, user_id)
+        record = self.make_record(record_id, rng, own_fields=False, **asked.fields)
+        return Task(records={record_id: record}, requests=[asked.text], rules=list(self.target.rules),
+                    hint=rule_hint(self.entity, self.family.check.name),
+                    gold=[Action(name=act.name, arguments=asked.arguments)], kind="target-1-call",
+                    user_id=user_id, user_fields=asked.user)
+
     def generate(self, rng: random.Random) -> Task:
+        if self.target_requests and rng.random() < TARGET_WORDED_SHARE:
+            return self.target_task(rng)
         act = self.acts[0]
         n = 1 + self.difficulty // 2
         ids = self.new_ids(rng, n)

@@ -32,7 +32,6 @@ request whose record it read).
 
 from __future__ import annotations
 
-import copy
 import random
 from collections.abc import Collection
 from functools import cached_property
@@ -41,11 +40,10 @@ from typing import Any
 from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.policy import rule_hint
-from tracerl.synthesis.target import ToolFamily, fill_request, request_parameters
-from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.synthesis.target import ToolFamily
+from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TargetRequest, TemplateEnv
 
 AMOUNT_LIMIT = 500
-TARGET_WORDED_SHARE = 0.5  # tasks that are the target's own requests, where it has them
 
 
 class PreconditionVerificationEnv(TemplateEnv):
@@ -63,15 +61,7 @@ class PreconditionVerificationEnv(TemplateEnv):
         ones its rules allowed and ones they forbade (on the built-in airline: cancellations and
         compensations)."""
         return [t for t in self.target.tools
-                if t.kind == "write" and {e["allowed"] for e in self.decided_requests(t)} == {True, False}]
-
-    def decided_requests(self, act: ToolSchema) -> list[dict[str, Any]]:
-        """The target's requests for `act` this template can ask on its own record: they name the record
-        and say no value but the act's arguments (`Target.request_examples`)."""
-        said = {self.id_param, *act.parameters.get("properties", {})}
-        return [e for e in (self.target.request_examples or {}).get(act.name, [])
-                if "write" in e and self.id_param in request_parameters(e["request"])
-                and request_parameters(e["request"]) <= said]
+                if t.kind == "write" and {e["allowed"] for e in self.askable_requests(t)} == {True, False}]
 
     @property
     def has_target_requests(self) -> bool:
@@ -83,21 +73,13 @@ class PreconditionVerificationEnv(TemplateEnv):
         return names + [a.name for a in self.decided_acts if a.name not in names]
 
     def target_request(self, rng: random.Random, record_id: str, user_id: str | None, ok: bool, asked: Collection[str]
-                       ) -> tuple[ToolSchema, str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+                       ) -> tuple[ToolSchema, TargetRequest]:
         """One of the target users' requests, each decided write equally often (a write on the user, not
         on a record, at most once a task: `asked` holds the task's writes so far), allowed or forbidden
-        as `ok` says: (its write tool, the words, the write's arguments, the record's and the user's
-        fields it was decided on — so the target's rules decide it here as they did there)."""
+        as `ok` says — decided by the target's rules here as they were there."""
         act = rng.choice([a for a in self.decided_acts if self.takes_record(a) or a.name not in asked])
-        example = rng.choice([e for e in self.decided_requests(act) if e["allowed"] == ok])
-        said = request_parameters(example["request"]) - {self.id_param}
-        values = {**self.arguments(act, rng, record_id), self.id_param: record_id, "user_id": user_id}
-        values = {k: v for k, v in values.items() if k in said or k in (self.id_param, "user_id")}
-        text = fill_request(example["request"], values)
-        args = {k: values[v[1:-1]] if isinstance(v, str) and v.startswith("{") else v
-                for k, v in example["write"]["arguments"].items()}
-        fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
-        return act, text, args, copy.deepcopy(fields), copy.deepcopy(example.get("user", {}))
+        example = rng.choice([e for e in self.askable_requests(act) if e["allowed"] == ok])
+        return act, self.ask_target_request(act, example, rng, record_id, user_id)
 
     def conditions(self) -> list[str]:
         return ["status", "amount", "flagged"][: min(1 + self.difficulty, 3)]
@@ -141,10 +123,11 @@ class PreconditionVerificationEnv(TemplateEnv):
         for record_id in ids:
             ok = rng.random() < 0.5
             if worded:
-                act, text, args, fields, user_fields = self.target_request(rng, record_id, user_id, ok, acts.values())
-                records[record_id] = self.make_record(record_id, rng, own_fields=False, **fields)
+                act, asked = self.target_request(rng, record_id, user_id, ok, acts.values())
+                text, args = asked.text, asked.arguments
+                records[record_id] = self.make_record(record_id, rng, own_fields=False, **asked.fields)
                 if not user or not self.takes_record(act):  # a write on the user is decided on the user's fields
-                    user = user_fields
+                    user = asked.user
             else:
                 act = self.acts[0]
                 records[record_id] = self.make_record(record_id, rng, **self.condition_fields(rng, ok))
