@@ -20,7 +20,8 @@ request after the last, or when it refuses the last request. Keyword rules on th
       "which date", "what date" (a change)            -> "On <date>." (the date of the flight it asks for)
     anything else                                      -> the request at hand, restated
 
-The capability templates' users are this user with their own requests and no questions of their own.
+The capability templates' users are this user with their own requests; a target user's request a
+template asks answers the airline's questions about the values it says (`request_questions`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ ALL_GIVEN = "That is all. Goodbye."
 Question = tuple[tuple[str, ...], str]  # (keywords in the agent's text, the user's answer)
 
 
+def request_questions(reservation_id: str | None, reason: str | None = None, payment: str | None = None,
+                      date: str | None = None) -> list[Question]:
+    """The airline user's answers about one request: its reservation, reason, payment and date."""
+    asked: list[Question] = []
+    if reservation_id:
+        asked.append((("reservation id", "which reservation"), f"The reservation id is {reservation_id}."))
+    if reason:
+        asked.append((("reason",), f"The reason is {reason}."))
+    if payment:
+        asked.append((("payment", "pay with"), f"Please use {payment}."))
+    if date:
+        asked.append((("which date", "what date"), f"On {date}."))
+    return asked
+
+
 class ScriptedUser:
     """`requests` in the user's words; `questions[i]`: what the user answers about request i."""
 
@@ -50,15 +66,8 @@ class ScriptedUser:
     def for_airline(cls, task: AirlineTask) -> ScriptedUser:
         questions = []
         for sub in task.subtasks:
-            asked: list[Question] = [(("reservation id", "which reservation"), f"The reservation id is {sub.reservation_id}.")]
-            if sub.reason:
-                asked.append((("reason",), f"The reason is {sub.reason}."))
-            if sub.payment:
-                asked.append((("payment", "pay with"), f"Please use {sub.payment}."))
             dates = [a.arguments["date"] for a in sub.reads + sub.anyway_reads if a.name == "search_direct_flight"]
-            if dates:
-                asked.append((("which date", "what date"), f"On {dates[0]}."))
-            questions.append(asked)
+            questions.append(request_questions(sub.reservation_id, sub.reason, sub.payment, dates[0] if dates else None))
         return cls([s.request for s in task.subtasks], task.user_id, questions)
 
     def opening(self) -> str:

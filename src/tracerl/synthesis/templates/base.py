@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from tracerl.core.messages import Action, Message, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.policy import NEXT_REQUEST_RULE, with_hint
-from tracerl.envs.airline.user import ScriptedUser
+from tracerl.envs.airline.user import Question, ScriptedUser, request_questions
 from tracerl.envs.base import ToolEnv
 from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
 from tracerl.synthesis.target import Target, ToolFamily, fill_request, request_parameters, tool_families
@@ -50,6 +50,7 @@ class Task:
     expected: dict[str, Any] = field(default_factory=dict)  # what the template's scorer needs
     user_id: str | None = None  # the user's id, given when the agent asks for it
     user_fields: dict[str, Any] = field(default_factory=dict)  # the user tool's fields besides the id and records
+    questions: list[list[Question]] | None = None  # per request, the user's answers about it (ScriptedUser)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class TargetRequest:
     arguments: dict[str, Any]  # the write that serves it, on the template's record and user
     fields: dict[str, Any]  # the record's fields it was made on (its id and user left out)
     user: dict[str, Any]  # the user's fields it was made on
+    questions: list[Question]  # the target user's answers about it (its record, the payment it names)
 
 
 class TemplateEnv(ToolEnv):
@@ -191,7 +193,8 @@ class TemplateEnv(ToolEnv):
                      for k, v in example["write"]["arguments"].items()}
         fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
         return TargetRequest(text=fill_request(example["request"], values), arguments=arguments,
-                             fields=copy.deepcopy(fields), user=copy.deepcopy(example.get("user", {})))
+                             fields=copy.deepcopy(fields), user=copy.deepcopy(example.get("user", {})),
+                             questions=request_questions(record_id, payment=values.get("payment_id")))
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""
@@ -263,7 +266,7 @@ class TemplateEnv(ToolEnv):
         self._task = task
         self._records = copy.deepcopy(task.records)
         self._calls: list[Action] = []  # successful calls, in order
-        self._user = ScriptedUser(task.requests, task.user_id)
+        self._user = ScriptedUser(task.requests, task.user_id, task.questions)
         self._turn_limit = self._fixed_max_turns or 10 + 3 * len(task.gold) + len(task.requests)
         self.max_turns = self._turn_limit
         toolbox = Toolbox()

@@ -50,7 +50,7 @@ class ToolCallPrecisionEnv(TemplateEnv):
         return Task(records={record_id: record}, requests=[asked.text], rules=list(self.target.rules),
                     hint=rule_hint(self.entity, self.family.check.name),
                     gold=[Action(name=act.name, arguments=asked.arguments)], kind="target-1-call",
-                    user_id=user_id, user_fields=asked.user)
+                    user_id=user_id, user_fields=asked.user, questions=[asked.questions])
 
     def generate(self, rng: random.Random) -> Task:
         if self.target_requests and rng.random() < TARGET_WORDED_SHARE:

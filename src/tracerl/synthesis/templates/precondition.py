@@ -118,13 +118,14 @@ class PreconditionVerificationEnv(TemplateEnv):
         n = 2 if self.difficulty >= 3 else 1
         ids = self.new_ids(rng, n)
         user_id = self.new_user_id(rng)
-        records, gold, requests, allowed, acts, user = {}, [], [], {}, {}, {}
+        records, gold, requests, allowed, acts, user, questions = {}, [], [], {}, {}, {}, []
         worded = self.has_target_requests and rng.random() < TARGET_WORDED_SHARE
         for record_id in ids:
             ok = rng.random() < 0.5
             if worded:
                 act, asked = self.target_request(rng, record_id, user_id, ok, acts.values())
                 text, args = asked.text, asked.arguments
+                questions.append(asked.questions)
                 records[record_id] = self.make_record(record_id, rng, own_fields=False, **asked.fields)
                 if not user or not self.takes_record(act):  # a write on the user is decided on the user's fields
                     user = asked.user
@@ -147,7 +148,8 @@ class PreconditionVerificationEnv(TemplateEnv):
         kind = ("target-" if worded else "") + "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
         rules = list(self.target.rules) if worded else self.rules(self.acts[0].name)
         return Task(records=records, requests=requests, rules=rules, hint=hint, gold=gold, kind=kind,
-                    expected={"allowed": allowed, "acts": acts}, user_id=user_id, user_fields=user)
+                    expected={"allowed": allowed, "acts": acts}, user_id=user_id, user_fields=user,
+                    questions=questions or None)
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
