@@ -346,31 +346,26 @@ def test_multi_step_asks_the_targets_requests_on_their_records(airline):
 def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, retail):
     env = PreconditionVerificationEnv(airline, difficulty=0)
     assert env.has_target_requests and env.acts[0].name == "cancel_reservation"
-    # the writes whose requests the rules decide both ways; a compensation is sent to the user, on no record
-    assert [a.name for a in env.decided_acts] == ["cancel_reservation", "send_certificate"]
-    assert "send_certificate" in env.task_tools()
     kinds = []
     for seed in range(200):
         task = env.task(seed)
-        act = task.expected["acts"][next(iter(task.records))]
-        kinds.append((task.kind, act))
+        kinds.append(task.kind)
         if not task.kind.startswith("target-"):  # the template's own condition
             assert task.rules == env.rules("cancel_reservation") and "status is 'active'" in task.rules[0]
             continue
         (record_id, record), (request,) = next(iter(task.records.items())), task.requests
-        matches = [e for e in airline.request_examples[act]
-                   if e["request"].replace("{reservation_id}", record_id) == request and e["user"] == task.user_fields
+        matches = [e for e in airline.request_examples["cancel_reservation"]
+                   if e["request"].replace("{reservation_id}", record_id) == request
                    and all(record.get(k) == v for k, v in e["record"].items() if k not in ("reservation_id", "user_id"))]
         assert matches, request
         assert task.kind == ("target-allowed" if matches[0]["allowed"] else "target-forbidden")
-        assert [g.name for g in task.gold] == ["get_reservation_details"] + [act] * (task.kind == "target-allowed")
+        assert [g.name for g in task.gold] == ["get_reservation_details"] + ["cancel_reservation"] * (task.kind == "target-allowed")
         assert task.rules == list(airline.rules)  # the target's own rules decide
         assert task.hint == HINT  # the guidance an agent built with --hinted-share was shown
-    target = [k for k in kinds if k[0].startswith("target-")]
+    target = [k for k in kinds if k.startswith("target-")]
     assert 0.4 < len(target) / 200 < 0.6  # half the tasks
-    assert 0.35 < sum(k == "target-forbidden" for k, _ in target) / len(target) < 0.65  # each decision as often
-    assert 0.35 < sum(a == "send_certificate" for _, a in target) / len(target) < 0.65  # each write as often
-    forbidden = next(s for s in range(100) if kinds[s] == ("target-forbidden", "cancel_reservation"))
+    assert 0.35 < target.count("target-forbidden") / len(target) < 0.65  # each decision as often as the other
+    forbidden = _seed_of_kind(env, "target-forbidden")
     (check,) = env.oracle(forbidden)
     cancel = Action(name="cancel_reservation", arguments=dict(check.arguments))
     assert play(env, forbidden, [check])[0] == 1.0
@@ -378,48 +373,6 @@ def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, re
     retail_env = PreconditionVerificationEnv(retail, difficulty=0)  # no users' words: the template's conditions only
     assert not retail_env.has_target_requests
     assert {retail_env.task(s).kind for s in range(40)} == {"allowed", "forbidden"}
-
-
-def test_precondition_asks_for_compensation_on_the_users_and_the_records_fields(airline):
-    env = PreconditionVerificationEnv(airline, difficulty=0)
-    compensations = [s for s in range(200) if env.task(s).expected["acts"].get(
-        next(iter(env.task(s).records))) == "send_certificate"]
-    seeds = {kind: next(s for s in compensations if env.task(s).kind == kind) for kind in ("target-allowed", "target-forbidden")}
-    for seed in compensations:
-        task = env.task(seed)
-        ((record_id, record),) = task.records.items()
-        env.reset(seed=seed)
-        user = json.loads(env.step(Message.assistant(tool_calls=[ToolCall.make(
-            "get_user_details", {"user_id": task.user_id}, "u")]))[0][0].content)
-        assert user["membership"] == task.user_fields["membership"] and user["reservations"] == [record_id]
-        # the policy's compensation rule, read off the user's and the reservation's fields
-        eligible = any(f["status"] == "cancelled" for f in record["flights"]) and (
-            user["membership"] in ("silver", "gold") or record["insurance"] == "yes" or record["cabin"] == "business")
-        assert eligible == (task.kind == "target-allowed")
-    allowed, forbidden = seeds["target-allowed"], seeds["target-forbidden"]
-    check, send = env.oracle(allowed)
-    assert send.arguments == {"user_id": env.task(allowed).user_id,
-                              "amount": 100 * env.task(allowed).records[check.arguments["reservation_id"]]["passengers"]}
-    assert play(env, allowed, [check, send])[0] == 1.0
-    assert play(env, allowed, [check])[0] == pytest.approx(0.3)  # read, then refused what the rules allow
-    wrong_amount = Action(name="send_certificate", arguments={**send.arguments, "amount": send.arguments["amount"] + 100})
-    assert play(env, allowed, [check, wrong_amount])[0] == pytest.approx(0.7)  # right decision, wrong amount
-    (check,) = env.oracle(forbidden)
-    sent = Action(name="send_certificate", arguments={"user_id": env.task(forbidden).user_id, "amount": 100})
-    assert play(env, forbidden, [check])[0] == 1.0
-    assert play(env, forbidden, [check, sent])[0] == pytest.approx(0.3)  # sent what the rules forbid
-    cancelled = Action(name="cancel_reservation", arguments=dict(check.arguments))
-    assert play(env, forbidden, [check, cancelled])[0] == pytest.approx(0.3)  # a write on the record is no refusal
-
-
-def test_precondition_attributes_a_write_on_the_user_to_its_own_request(airline):
-    env = PreconditionVerificationEnv(airline, difficulty=3)  # two requests a task
-    seed = next(s for s in range(300) if env.task(s).kind == "target-allowed+forbidden"
-                and list(env.task(s).expected["acts"].values()) == ["send_certificate", "cancel_reservation"])
-    task = env.task(seed)
-    assert play(env, seed, env.oracle(seed))[0] == 1.0  # the certificate is no try at the forbidden cancellation
-    reads = [g for g in task.gold if g.name == "get_reservation_details"]
-    assert play(env, seed, reads)[0] == pytest.approx(0.5 * (0.3 + 1.0))  # refused both: one decision wrong
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):

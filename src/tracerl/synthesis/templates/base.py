@@ -213,11 +213,6 @@ class TemplateEnv(ToolEnv):
         parts = [f"{k.replace('_', ' ')}: {json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items() if k != skip]
         return ", ".join(parts)
 
-    def takes_record(self, tool: ToolSchema | str) -> bool:
-        """Whether a tool takes this family's id (a write on a record), or not (a write on the user)."""
-        schema = self.target.tool(tool) if isinstance(tool, str) else tool
-        return self.id_param in schema.parameters.get("properties", {})
-
     def is_write(self, call: Action) -> bool:
         return self.target.tool(call.name).kind == "write"
 
@@ -326,8 +321,6 @@ class TemplateEnv(ToolEnv):
 
     def _write_handler(self, name: str):
         verb = name.split("_")[0]
-        if not self.takes_record(name):
-            return self._user_write_handler(name)
 
         def handler(**arguments: Any) -> dict[str, Any]:
             record = self._records.get(arguments.get(self.id_param))
@@ -339,18 +332,6 @@ class TemplateEnv(ToolEnv):
             if answer is not None:  # the fields the target's own write answered with, this record's values
                 return self.shaped(name, {k: record[k] for k in answer if k in record})
             return self.shaped(self.family.check.name, record)
-
-        return handler
-
-    def _user_write_handler(self, name: str):
-        """A write on the user, not on a record (send_certificate): it answers with the target's result
-        fields, this call's values over them."""
-        def handler(**arguments: Any) -> dict[str, Any]:
-            if "user_id" in arguments and arguments["user_id"] != self._task.user_id:
-                raise ToolError(f"user {arguments['user_id']} not found")
-            self._calls.append(Action(name=name, arguments=arguments))
-            answer = (self.target.result_examples or {}).get(name)
-            return copy.deepcopy({**(answer or {}), **{k: v for k, v in arguments.items() if answer is None or k in answer}})
 
         return handler
 

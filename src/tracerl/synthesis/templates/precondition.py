@@ -8,15 +8,12 @@ requested record passes them with probability ½. Reward per request, averaged o
 when it is allowed, trying none when it is forbidden; 0.3 for the outcome — the exact write done
 when allowed, none when forbidden. Success needs all three on every request.
 
-Where the target has its users' own requests for a write on a record, both ones its rules allowed
-and ones they forbade (`Target.request_examples`), half the tasks are one of them instead (kind
-"target-allowed" / "target-forbidden"): the user's words, the record and the user's fields it was
-made on, the target's rules in the prompt, each such write equally often, allowed or forbidden with
-probability ½ each — the decisions the agent meets on the target, on the target's own fields. On
-the built-in airline these are cancellations (booking time, cabin, insurance, the stated reason)
-and compensations (a cancelled flight, the user's membership, insurance, cabin): a compensation is
-a write on the user (send_certificate(user_id, amount), no reservation id), scored as a write on
-the reservation it was asked for. The other half keeps the template's own conditions: a decision a small
+Where the target has its users' own requests for the write, both ones its rules allowed and ones
+they forbade (`Target.request_examples`), half the tasks are one of them instead (kind
+"target-allowed" / "target-forbidden"): the user's words, the record it was made on, the target's
+rules in the prompt, allowed or forbidden with probability ½ each — the decision the agent meets
+on the target, on the target's own fields (booking time, cabin, insurance and the stated reason on
+the built-in airline). The other half keeps the template's own conditions: a decision a small
 agent learns in a few hundred rollouts, where the target's alone it did not learn in 3,200
 (benchmarks/README.md, "Capability adapters").
 
@@ -33,7 +30,6 @@ request whose record it read).
 from __future__ import annotations
 
 import random
-from collections.abc import Collection
 from functools import cached_property
 from typing import Any
 
@@ -41,7 +37,7 @@ from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.policy import rule_hint
 from tracerl.synthesis.target import ToolFamily
-from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TargetRequest, TemplateEnv
+from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
 
 AMOUNT_LIMIT = 500
 
@@ -51,35 +47,18 @@ class PreconditionVerificationEnv(TemplateEnv):
     description = "Check the record with a read tool and act only when the policy's conditions hold."
 
     def choose_acts(self, family: ToolFamily) -> list[ToolSchema]:
-        """For the template's own conditions: the first write of the family the target's users ask for
-        in their own words, allowed and forbidden, else the simplest write."""
-        return [next((act for act in family.acts if act in self.decided_acts), family.acts[0])]
+        """The first write the target's users ask for in their own words, allowed and forbidden, else
+        the simplest write."""
+        return [next((act for act in family.acts if self.both_decisions_worded(act)), family.acts[0])]
+
+    def both_decisions_worded(self, act: ToolSchema) -> bool:
+        """Whether the target has its users' requests for `act`, allowed ones and forbidden ones."""
+        return {e["allowed"] for e in self.worded_requests(act, act.parameters.get("required", []))} == {True, False}
 
     @cached_property
-    def decided_acts(self) -> list[ToolSchema]:
-        """The target's writes its users ask for in their own words on a record of this family, both
-        ones its rules allowed and ones they forbade (on the built-in airline: cancellations and
-        compensations)."""
-        return [t for t in self.target.tools
-                if t.kind == "write" and {e["allowed"] for e in self.askable_requests(t)} == {True, False}]
-
-    @property
     def has_target_requests(self) -> bool:
-        """Whether half the tasks are the target's own requests (see `decided_acts`)."""
-        return bool(self.decided_acts)
-
-    def task_tools(self) -> list[str]:
-        names = super().task_tools()
-        return names + [a.name for a in self.decided_acts if a.name not in names]
-
-    def target_request(self, rng: random.Random, record_id: str, user_id: str | None, ok: bool, asked: Collection[str]
-                       ) -> tuple[ToolSchema, TargetRequest]:
-        """One of the target users' requests, each decided write equally often (a write on the user, not
-        on a record, at most once a task: `asked` holds the task's writes so far), allowed or forbidden
-        as `ok` says — decided by the target's rules here as they were there."""
-        act = rng.choice([a for a in self.decided_acts if self.takes_record(a) or a.name not in asked])
-        example = rng.choice([e for e in self.askable_requests(act) if e["allowed"] == ok])
-        return act, self.ask_target_request(act, example, rng, record_id, user_id)
+        """Whether half the tasks are the target's own requests (see `choose_acts`)."""
+        return self.both_decisions_worded(self.acts[0])
 
     def conditions(self) -> list[str]:
         return ["status", "amount", "flagged"][: min(1 + self.difficulty, 3)]
@@ -115,22 +94,18 @@ class PreconditionVerificationEnv(TemplateEnv):
         return fields
 
     def generate(self, rng: random.Random) -> Task:
+        act = self.acts[0]
         n = 2 if self.difficulty >= 3 else 1
         ids = self.new_ids(rng, n)
-        user_id = self.new_user_id(rng)
-        records, gold, requests, allowed, acts, user, questions = {}, [], [], {}, {}, {}, []
+        records, gold, requests, allowed = {}, [], [], {}
         worded = self.has_target_requests and rng.random() < TARGET_WORDED_SHARE
         for record_id in ids:
             ok = rng.random() < 0.5
             if worded:
-                act, asked = self.target_request(rng, record_id, user_id, ok, acts.values())
-                text, args = asked.text, asked.arguments
-                questions.append(asked.questions)
-                records[record_id] = self.make_record(record_id, rng, own_fields=False, **asked.fields)
-                if not user or not self.takes_record(act):  # a write on the user is decided on the user's fields
-                    user = asked.user
+                args = self.arguments(act, rng, record_id)
+                text, fields, ok = self.worded_request(act, args, rng, ok)
+                records[record_id] = self.make_record(record_id, rng, own_fields=False, **fields)
             else:
-                act = self.acts[0]
                 records[record_id] = self.make_record(record_id, rng, **self.condition_fields(rng, ok))
                 args = self.arguments(act, rng, record_id)
                 text = self.request_phrase(act, record_id, args)
@@ -138,7 +113,6 @@ class PreconditionVerificationEnv(TemplateEnv):
             if ok:
                 gold.append(Action(name=act.name, arguments=args))
             allowed[record_id] = args if ok else None
-            acts[record_id] = act.name
             requests.append(text)
         hint = rule_hint(self.entity, self.family.check.name) if worded else (
             f"Before changing a {self.entity}, look it up with {self.family.check.name} and compare it with every "
@@ -146,41 +120,26 @@ class PreconditionVerificationEnv(TemplateEnv):
             "which condition fails."
         )
         kind = ("target-" if worded else "") + "+".join("allowed" if allowed[i] else "forbidden" for i in ids)
-        rules = list(self.target.rules) if worded else self.rules(self.acts[0].name)
-        return Task(records=records, requests=requests, rules=rules, hint=hint, gold=gold, kind=kind,
-                    expected={"allowed": allowed, "acts": acts}, user_id=user_id, user_fields=user,
-                    questions=questions or None)
+        rules = list(self.target.rules) if worded else self.rules(act.name)
+        return Task(records=records, requests=requests, rules=rules, hint=hint,
+                    gold=gold, kind=kind, expected={"allowed": allowed, "act": act.name},
+                    user_id=self.new_user_id(rng))
 
     def score(self, task: Task, calls: list[Action], attempts: list[Action]) -> tuple[float, dict[str, float]]:
         allowed: dict[str, dict[str, Any] | None] = task.expected["allowed"]
-        acts: dict[str, str] = task.expected["acts"]
         checked = decided = done = 0.0
         for record_id, args in allowed.items():
-            writes = self.writes_on(calls, record_id, acts[record_id])
+            writes = self.on_record(calls, record_id, write=True)
             reads = self.on_record(calls, record_id, write=False)
             checked += bool(reads) and (not writes or reads[0][0] < writes[0][0])
-            tried = any(self.attempted(a, record_id, acts) for a in attempts)
+            tried = any(self.names_record(a, record_id, allowed) for a in attempts)
             if args is None:
                 decided += not tried
                 done += not tried
             else:
+                gold = Action(name=task.expected["act"], arguments=args)
                 decided += tried
-                done += len(writes) == 1 and self.same_call(writes[0][1], Action(name=acts[record_id], arguments=args))
+                done += len(writes) == 1 and self.same_call(writes[0][1], gold)
         n = len(allowed)
         checked, decided, done = checked / n, decided / n, done / n
         return 0.3 * checked + 0.4 * decided + 0.3 * done, {"checked": checked, "decision": decided, "outcome": done}
-
-    def writes_on(self, calls: list[Action], record_id: str, act: str) -> list[tuple[int, Action]]:
-        """(position, call) of the successful writes on a record: those naming it, and those of its
-        request's write where that write is on the user (a compensation names no reservation)."""
-        if self.takes_record(act):
-            return self.on_record(calls, record_id, write=True)
-        return [(i, c) for i, c in enumerate(calls) if c.name == act]
-
-    def attempted(self, attempt: Action, record_id: str, acts: dict[str, str]) -> bool:
-        """Whether a write attempt was on `record_id` (`acts`: each record's requested write): an attempt
-        of a requested write on the user is on the record it was requested for; any other attempt is
-        on the record it names, or on every one where it names none (`names_record`)."""
-        if attempt.name in acts.values() and not self.takes_record(attempt.name):
-            return acts[record_id] == attempt.name
-        return self.names_record(attempt, record_id, acts)
