@@ -189,9 +189,11 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any
         arguments = call.get("arguments", {})
         write = {}
         for name, value in {**named, **arguments}.items():
-            said = isinstance(value, str) and value and re.search(rf"(?<!\w){re.escape(value)}(?!\w)", text)
+            said = 0
+            if isinstance(value, str) and value:
+                text, said = re.subn(rf"(?<!\w){re.escape(value)}(?!\w)", "{" + name + "}", text)
             if said:
-                text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", "{" + name + "}", text)
+                value = "{" + name + "}"
             elif name in named:
                 break  # the request does not name its record
             elif value == record.get("user_id") and isinstance(value, str):
@@ -199,7 +201,7 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any
             elif not isinstance(value, (int, float)) or isinstance(value, bool):
                 break
             if name in arguments:
-                write[name] = "{" + name + "}" if said else value
+                write[name] = value
         else:
             bucket = found.setdefault(call["name"], [])
             example = {"request": text, "record": record, "user": user, "allowed": allowed,

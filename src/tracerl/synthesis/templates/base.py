@@ -168,9 +168,11 @@ class TemplateEnv(ToolEnv):
         if not worded:
             return None
         example = rng.choice(worded)
-        text = fill_request(example["request"], arguments)
-        fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
-        return text, copy.deepcopy(fields), example["allowed"]
+        return fill_request(example["request"], arguments), self.record_fields(example), example["allowed"]
+
+    def record_fields(self, example: dict[str, Any]) -> dict[str, Any]:
+        """A copy of the fields of the record a target request example was made on, its id and user left out."""
+        return copy.deepcopy({k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")})
 
     def askable_requests(self, act: ToolSchema) -> list[dict[str, Any]]:
         """The target's requests for `act` (`Target.request_examples`) a template can ask on its own
@@ -191,9 +193,8 @@ class TemplateEnv(ToolEnv):
         values = {k: v for k, v in values.items() if k in said or k in (self.id_param, "user_id")}
         arguments = {k: values[v[1:-1]] if isinstance(v, str) and v.startswith("{") else v
                      for k, v in example["write"]["arguments"].items()}
-        fields = {k: v for k, v in example["record"].items() if k not in (self.id_param, "user_id")}
         return TargetRequest(text=fill_request(example["request"], values), arguments=arguments,
-                             fields=copy.deepcopy(fields), user=copy.deepcopy(example.get("user", {})),
+                             fields=self.record_fields(example), user=copy.deepcopy(example.get("user", {})),
                              questions=request_questions(record_id, payment=values.get("payment_id")))
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
