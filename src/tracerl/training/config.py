@@ -56,7 +56,8 @@ class RolloutSettings(BaseModel):
 
     max_new_tokens: int = Field(256, ge=1, description="tokens per assistant turn, every stage (a longer turn is "
                                 "cut here); TRL's max_completion_length counts a whole completion instead")
-    batch_size: int = Field(64, ge=1, description="episodes played in lockstep (and generated in one batch), every stage")
+    batch_size: int = Field(64, ge=1, description="episodes in flight at once, every stage: in the continuous "
+                            "engine's running batch, or played in lockstep and generated in one batch")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of GRPO's rollouts, its old-policy "
                                "log-probs, and compose's gate-data rollouts. Only where sampling must differ is it "
                                "set per stage: collect.temperature and eval.temperature (greedy, 0, by default: they "
