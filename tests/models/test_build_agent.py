@@ -135,6 +135,19 @@ def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(d
             assert any(value in earlier for _, value in copied_values(d.messages[-1]))
 
 
+def test_a_compensation_check_is_drilled_with_said_words_from_the_user_record_it_cites():
+    recipe = AgentRecipe(seed=1, rule_check=True, cite_values=True, hinted_share=1.0)
+    demo = next(t for t in collect_demonstrations(recipe, range(60))
+                if any(m.role == "assistant" and "silver or gold (" in (m.content or "") for m in t.messages))
+    check = next(m for m in demo.messages if m.role == "assistant" and "silver or gold (" in (m.content or ""))
+    assert not [d for d in copy_drills(demo) if d.messages[-1] == check]  # it cites words only
+    [drill] = [d for d in copy_drills(demo, said_words=True) if d.messages[-1] == check]
+    membership = json.loads(next(m.content for m in demo.messages if m.role == "tool" and '"membership"' in m.content))["membership"]
+    assert f"silver or gold ({membership})" in check.content
+    # from the user's answer with the id: the user record it reads is the third message
+    assert [m.role for m in drill.messages[:3]] == ["user", "assistant", "tool"] and '"membership"' in drill.messages[2].content
+
+
 CHANGE = "I will change this reservation to flight"
 
 

@@ -92,6 +92,7 @@ class AgentRecipe(BaseModel):
     drill_batch_size: int = 24
     drill_max_tokens: int = 768  # longer drills are left out (a flight change's is ~650)
     drill_episodes: int = 4000  # conversations the drills come from (see `drill_conversations`)
+    drill_said_words: bool = False  # a text that says a word read as a tool result's value is drilled too (see `copy_drills`)
     batch_size: int = 8
     learning_rate: float = 3e-3
     warmup_steps: int = 30
@@ -150,12 +151,14 @@ def _prefix_memo(chat: ChatFormat) -> ChatFormat:
     return memo
 
 
-def copy_drills(trajectory: Trajectory) -> list[Trajectory]:
+def copy_drills(trajectory: Trajectory, said_words: bool = False) -> list[Trajectory]:
     """Short copies of a demonstration, each ending with an assistant turn that copies a value.
 
     A turn copies a value when it writes one (`copied_values`: an id, airport, date, amount or
     flight number, in a call or in a text such as "… to flight HAT964 on 2024-05-20 …") that an earlier user
-    or tool message holds as a whole word.
+    or tool message holds as a whole word. With `said_words`, a text also copies the words it says
+    that an earlier tool result gives as a string value (`said_words_read`): a compensation check
+    ("silver or gold (gold) yes") cites words only, so without them no drill ends at it.
     The drill runs from the latest user message at or before every copied value's source (see
     `_source`) up to that turn, without the system prompt and tool list: a few hundred tokens, so
     the copy is easy to learn, and a write late in an episode is drilled from the request it serves.
@@ -168,7 +171,10 @@ def copy_drills(trajectory: Trajectory) -> list[Trajectory]:
     for index, message in enumerate(messages):
         if message.role != "assistant":
             continue
-        sources = [i for key, value in copied_values(message) if (i := _source(messages[:index], key, value)) is not None]
+        values = copied_values(message)
+        if said_words and not message.tool_calls:
+            values += said_words_read(message, messages[:index])
+        sources = [i for key, value in values if (i := _source(messages[:index], key, value)) is not None]
         if not sources:
             continue
         start = max(i for i in range(min(sources) + 1) if messages[i].role == "user")
@@ -199,6 +205,13 @@ def copied_values(message: Message) -> list[tuple[str | None, str]]:
     for call in message.tool_calls:
         walk(None, call.parsed_arguments() or {})
     return values
+
+
+def said_words_read(message: Message, before: list[Message]) -> list[tuple[str, str]]:
+    """(key, word) for each word (3+ characters) of a text that a tool result before it gives as a
+    string value under that key (`"membership": "gold"`; the latest such key)."""
+    read = {v: k for m in before if m.role == "tool" for k, v in re.findall(r'"(\w+)": ?"([\w-]{3,})"', m.content or "")}
+    return [(read[word], word) for word in dict.fromkeys(re.findall(r"[\w-]+", message.content or "")) if word in read]
 
 
 def whole_word(value: str) -> re.Pattern[str]:
@@ -363,7 +376,8 @@ def build_agent(
     examples = [sft_example(chat, t) for t in demos]
     drills = []
     if recipe.drill_steps or recipe.drill_every:
-        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos) for d in copy_drills(t)]
+        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos)
+                  for d in copy_drills(t, recipe.drill_said_words)]
         drills = [e for e in drills if len(e[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)
@@ -380,7 +394,7 @@ def build_agent(
 
     probe = None
     if drills and recipe.drill_target:
-        held_out = [copy_drills(t) for t in collect_demonstrations(recipe, val_seeds)]
+        held_out = [copy_drills(t, recipe.drill_said_words) for t in collect_demonstrations(recipe, val_seeds)]
         watched = {"id_reads_exact": [sft_example(chat, d) for ds in held_out for d in id_read_drills(ds)],
                    "answered_values_exact": [e for ds in held_out for e in answered_value_examples(chat, tokenizer, ds)],
                    "said_values_exact": [sft_example(chat, d) for ds in held_out for d in said_value_drills(ds)]}

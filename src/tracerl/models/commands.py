@@ -35,6 +35,8 @@ def build_agent_command(
     drill_every: Annotated[int, typer.Option(help="After them, every N-th step is a drill batch (0: never).")] = 4,
     drill_episodes: Annotated[int, typer.Option(help="Conversations the drills come from: the --episodes ones, then later train seeds.")] = 4000,
     drill_max_tokens: Annotated[int, typer.Option(help="Longest id drill kept, in tokens.")] = 768,
+    drill_said_words: Annotated[bool, typer.Option(help="Drill a text that says a word read as a tool result's value too "
+                                                        "(a compensation check's 'silver or gold (gold) yes').")] = False,
     batch_size: Annotated[int, typer.Option(help="Episodes per step.")] = 8,
     learning_rate: Annotated[float, typer.Option(help="AdamW peak learning rate.")] = 3e-3,
     hidden_size: Annotated[int, typer.Option(help="Model width.")] = 128,
@@ -78,7 +80,8 @@ def build_agent_command(
                          max_steps=steps, batch_size=batch_size,
                          learning_rate=learning_rate, drill_steps=drill_steps, drill_every=drill_every,
                          drill_target=drill_target, drill_extra_max=drill_extra_max,
-                         drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens, hidden_size=hidden_size, num_hidden_layers=layers,
+                         drill_episodes=drill_episodes, drill_max_tokens=drill_max_tokens,
+                         drill_said_words=drill_said_words, hidden_size=hidden_size, num_hidden_layers=layers,
                          vocab_size=vocab_size, number_digits=number_digits, json_keys=json_keys, tie_embeddings=not untied_embeddings,
                          eval_every=eval_every, test_tasks=test_tasks, num_threads=threads,
                          warmup_steps=min(30, max(1, steps // 10)))
