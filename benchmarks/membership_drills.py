@@ -7,7 +7,8 @@ A compensation check ("Check: a flight cancelled (cancelled) yes, silver or gold
 words only, so `build-agent`'s copy drills never end at one; `copy_drills(…, said_words=True)`
 (`build-agent --drill-said-words`) drills it from the user's answer with the id, whose user record
 holds the membership. This continues the agent in --model (in memory) on those drills of the
-teacher's demonstrations (v42's recipe: `--rule-check --cite-values --hinted-share 0.25`, seed 1) on
+teacher's demonstrations (the shipped agent's recipe, from its build.json: `--rule-check --cite-values
+--hinted-share 0.25`, seed 1) on
 train seeds 0…N−1, 12 a step beside 12 of its ordinary copy drills (AdamW 1e-3, gradient norm 1),
 and every --report-every steps decodes greedily, after "silver or gold (" of each held-out check
 (train seeds 4,000…4,799), the membership the agent cites, counted per true membership.
@@ -16,10 +17,12 @@ and every --report-every steps decodes greedily, after "silver or gold (" of eac
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import re
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 
@@ -50,12 +53,13 @@ def main() -> None:
     from tracerl.envs.airline import TRAIN_SEEDS
     from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, copy_drills, final_turn_start,
                                             sft_example, shared_prefix_loss)
+    from tracerl.models import tiny_agent
     from tracerl.models.chat import ChatFormat
     from tracerl.models.local import load_model
 
     model, tokenizer = load_model(args.model, device="cpu")
     chat, start = ChatFormat(tokenizer), time.time()
-    recipe = AgentRecipe(seed=1, rule_check=True, cite_values=True, hinted_share=0.25, json_keys=True, tie_embeddings=False)
+    recipe = AgentRecipe(**json.loads((Path(tiny_agent.__file__).parent / "build.json").read_text())["recipe"])
     demos = collect_demonstrations(recipe, list(TRAIN_SEEDS[:args.train_seeds]))
     checks = [sft_example(chat, d) for d, _ in compensation_check_drills(demos)]
     held_out = [(sft_example(chat, d), m) for d, m in
