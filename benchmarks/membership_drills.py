@@ -10,8 +10,9 @@ holds the membership. This continues the agent in --model (in memory) on those d
 teacher's demonstrations (the shipped agent's recipe, from its build.json: `--rule-check --cite-values
 --hinted-share 0.25`, seed 1) on
 train seeds 0…N−1, 12 a step beside 12 of its ordinary copy drills (AdamW 1e-3, gradient norm 1),
-and every --report-every steps decodes greedily, after "silver or gold (" of each held-out check
-(train seeds 4,000…4,799), the membership the agent cites, counted per true membership.
+and every --report-every steps counts, per true membership, the held-out checks (train seeds
+4,000…4,799) whose membership after "silver or gold (" the agent predicts exactly (every token the
+argmax given the ones before it: what greedy decoding writes).
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     from tracerl.envs.airline import TRAIN_SEEDS
-    from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, copy_drills, final_turn_start,
-                                            sft_example, shared_prefix_loss)
+    from tracerl.models.build_agent import (AgentRecipe, collect_demonstrations, copy_drills, exact_final_turns,
+                                            final_turn_start, sft_example, shared_prefix_loss)
     from tracerl.models import tiny_agent
     from tracerl.models.chat import ChatFormat
     from tracerl.models.local import load_model
@@ -68,22 +69,15 @@ def main() -> None:
     print(f"{time.time() - start:.0f} s: {len(checks)} compensation-check drills, {len(others)} other drills; held out "
           f"{len(held_out)} ({dict(Counter(m for _, m in held_out))})", flush=True)
     opener = tokenizer(CITED, add_special_tokens=False)["input_ids"]
+    by_membership: dict[str, list[tuple[list[int], list[int]]]] = {}
+    for (ids, mask), membership in held_out:  # each check cut after its membership, whose tokens alone are judged
+        at = next(i for i in range(final_turn_start(mask), len(ids)) if ids[i:i + len(opener)] == opener) + len(opener)
+        span = len(tokenizer(membership, add_special_tokens=False)["input_ids"])
+        by_membership.setdefault(membership, []).append((ids[:at + span], [0] * at + [1] * span))
 
-    @torch.no_grad()
     def cited() -> dict[str, str]:
-        model.eval()
-        right, total = Counter(), Counter()
-        for (ids, mask), membership in held_out:
-            begin = final_turn_start(mask)
-            at = next(i for i in range(begin, len(ids)) if ids[i:i + len(opener)] == opener) + len(opener)
-            want = tokenizer(membership, add_special_tokens=False)["input_ids"]
-            x = torch.tensor([ids[:at]])
-            for _ in want:
-                x = torch.cat([x, model(x).logits[:, -1:].argmax(-1)], 1)
-            total[membership] += 1
-            right[membership] += tokenizer.decode(x[0, at:].tolist()) == membership
-        model.train()
-        return {m: f"{right[m]}/{total[m]}" for m in sorted(total)}
+        return {m: f"{round(exact_final_turns(model, examples, tokenizer.pad_token_id) * len(examples))}/{len(examples)}"
+                for m, examples in sorted(by_membership.items())}
 
     print(f"step 0: cited right {cited()}", flush=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
