@@ -110,7 +110,8 @@ class Pipeline:
             out.append(self.stage(f"train:{cap}", [f"envs/{cap}"], [f"adapters/{cap}/adapter_model.safetensors",
                                                                      f"adapters/{cap}/metrics.jsonl"], cap))
         adapters = [f"adapters/{c}/adapter_model.safetensors" for c in caps]
-        out.append(self.stage("compose", adapters + [f"envs/{c}" for c in caps] + ["capabilities.json"],
+        out.append(self.stage("compose", adapters + [f"envs/{c}" for c in caps]
+                              + ["capabilities.json", "rollouts/base.jsonl", "labels"],
                               [f"{COMPOSED_DIRS[m]}/composition.json" for m in cfg.compose.modes]
                               + ["gate_data/summary.json"]))
         if cfg.baselines.grpo_target:
@@ -328,13 +329,15 @@ class StageFunctions:
         return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
 
     def compose(self, c: View) -> dict[str, Any]:
-        from tracerl.composition.stage import ComposeInputs, run_compose, summary
+        from tracerl.composition.stage import ComposeInputs, fits_target_openings, run_compose, summary, target_lacking
 
         caps = self.trained_envs(c.train_rejected)
         selected = {cap.name: cap.definition() for cap in self.selected()}
         inputs = ComposeInputs(base=c.model.base, adapters=[self.path(f"adapters/{cap}") for cap in caps],
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
-                               envs={cap: self.path(f"envs/{cap}") for cap in caps})
+                               envs={cap: self.path(f"envs/{cap}") for cap in caps},
+                               target=target_lacking(self.path("rollouts/base.jsonl"), self.path("."), caps)
+                               if fits_target_openings(c.compose) else [])
         run = run_compose(inputs, c.compose, {m: self.path(COMPOSED_DIRS[m]) for m in c.compose.modes}, seed=c.seed,
                           names=TRACE_VARIANTS, gate_dir=self.path("gate_data"), batch_size=c.rollout.batch_size,
                           make_policy=lambda: self.policy(c, temperature=c.rollout.temperature, seed=c.seed + 1,

@@ -195,3 +195,40 @@ def test_router_proxy_in_front_of_a_one_lora_per_request_server(workspace):
             direct = proxy.post("/v1/chat/completions", json={"model": adapter, "messages": messages, "max_tokens": 4, "temperature": 0})
             assert direct.json()["model"] == adapter
             assert direct.json()["choices"][0]["message"] == routed.json()["choices"][0]["message"]
+
+
+def test_compose_fits_the_opening_gates_to_the_target_openings_the_selection_labelled(workspace, capsys):
+    """`--target-rollouts` with the selection's capabilities.json (n = k = 1) and its labels/ beside
+    it: each failed rollout that lacked an adapter's capability joins the fit; a passed one, or one
+    that lacked none of them, does not."""
+    from tracerl.selection.labels import LabelRun, PairLabel, TrajectoryLabels
+
+    root, base_dir, adapters, _ = workspace
+    selection = root / "selection"
+    capabilities_file(selection / "capabilities.json", ["alpha", "beta"], ["gamma"])
+    rows = [("t0", False, "alpha"), ("t1", False, "beta"), ("t2", True, "alpha"), ("t3", False, "gamma"), ("t4", False, "beta")]
+    rollouts = [Trajectory(task_id=t, domain="target", passed=passed, messages=[Message.user(f"refund ticket {t}")])
+                for t, passed, _ in rows]
+    write_jsonl(root / "target.jsonl", rollouts)
+    run = LabelRun(run=0, seed=0, labeler="rules", capabilities=["alpha", "beta", "gamma"], trajectories=[
+        TrajectoryLabels(index=i, task_id=t, passed=passed,
+                         labels={c: PairLabel(label="LACKING" if c == lacked else "PRESENT") for c in ("alpha", "beta", "gamma")})
+        for i, (t, passed, lacked) in enumerate(rows)])
+    (selection / "labels").mkdir()
+    (selection / "labels" / "run_00.json").write_text(run.model_dump_json())
+
+    def compose(out, *extra):
+        return main(["compose", "--adapters", *map(str, adapters), "--base", str(base_dir), "--out", str(out),
+                     "--trajectories", str(root / "rollouts.jsonl"), "--target-rollouts", str(root / "target.jsonl"), *extra])
+
+    capabilities = ["--capabilities", str(selection / "capabilities.json")]
+    out = root / "composed-target"
+    assert compose(out, *capabilities, "--mode", "moe", "--moe-routing", "opening", "--max-steps", "5") == 0
+    assert json.loads((out / "composition.json").read_text())["gate_training"]["target_openings"] == 3  # t0, t1, t4
+    capsys.readouterr()
+    never = root / "never-target"
+    assert compose(never, *capabilities, "--mode", "moe") == 2
+    assert "fits only the gates of --mode moe --moe-routing opening" in capsys.readouterr().err
+    assert compose(never, "--mode", "moe", "--moe-routing", "opening") == 2
+    assert "--target-rollouts needs --capabilities" in capsys.readouterr().err
+    assert not never.exists()

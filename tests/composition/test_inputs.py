@@ -89,3 +89,15 @@ def test_capability_list_not_matching_the_adapters(base, tmp_path):
         capabilities_for(adapters, str(listing))
     with pytest.raises(InputError, match="adapter name 'not-snake' is not a snake_case capability name"):
         compose(copy.deepcopy(base), [load_adapter(adapters[0].path, name="not-snake")])
+
+
+def test_target_openings_for_gates_that_route_each_token(base, tmp_path):
+    from tracerl.composition.build import ComposeOptions, build_composition
+    from tracerl.core.messages import Message
+    from tracerl.core.trajectory import Trajectory
+
+    target = [Trajectory(task_id="t0", domain="target", messages=[Message.user("cancel it")], info={"lacking": ["a"]})]
+    with pytest.raises(InputError, match="fit only the gates of a moe routed at the opening"):
+        build_composition([str(make_adapter(base, tmp_path / "a", seed=1))], "unused", tmp_path / "out",
+                          ComposeOptions(mode="moe", moe_routing="token", target=target))
+    assert not (tmp_path / "out").exists()

@@ -143,3 +143,52 @@ def test_the_gates_fitted_to_the_openings_route_held_out_openings(setup):
     finally:
         for g, state in zip(composition.gates, saved, strict=True):
             g.load_state_dict(state)
+
+
+def test_a_token_with_a_split_target_is_fitted_to_the_split():
+    """Every token wants slots 1 and 2 equally: the fitted gate gives them equal probability and
+    (nearly) none to slot 0, and routing to either counts as right."""
+    from tracerl.composition.opening_fit import fit_gate
+
+    gate = torch.nn.Linear(8, 3)
+    features = torch.randn(40, 8, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([[0.0, 0.5, 0.5]]).expand(40, 3)
+    record = fit_gate(gate, features, targets, max_iter=100)
+    probabilities = torch.softmax(gate(features), dim=-1).detach()
+    assert probabilities[:, 1:].sub(0.5).abs().max() < 0.02 and probabilities[:, 0].max() < 0.04
+    assert record["token_routing_accuracy"] == 1.0 and record["tokens"] == 40
+    assert record["label_loss"] == pytest.approx(float(torch.log(torch.tensor(2.0))), abs=0.05)  # the split's entropy
+
+
+def test_target_openings_route_the_target_by_what_its_episodes_lacked(setup):
+    """Target requests worded like neither environment's, labelled with the capability their
+    failed episodes lacked (one split between both), join the fit: held-out target requests of
+    each kind go where their kind's failures point."""
+    from tracerl.composition.examples import lacking_example
+    from tracerl.composition.opening_fit import fit_gates_to_openings
+    from tracerl.composition.training import GateTrainingConfig
+    from tracerl.core.trajectory import Trajectory
+
+    _, composition, tokenizer = setup
+    def env(cap, word, k):
+        return prompt_example(tokenizer, conversation(f"please {word} the order {k}", False), [], composition.slot_of(cap))
+    def failed(request, lacked):
+        trajectory = Trajectory(task_id=request, domain="target", messages=conversation(request, False))
+        return lacking_example(tokenizer, trajectory, [composition.slot_of(c) for c in lacked], composition.num_slots)
+    split = failed("change my seat 3", ["alpha", "beta"])
+    assert split.target == [0.0, 0.5, 0.5] and split.slot == 1
+    assert failed("x", ["beta", "beta"]).target == [0.0, 0.0, 1.0]
+    with pytest.raises(InputError, match="no capability it lacked"):
+        failed("x", [])
+    openings = ([env("alpha", "cancel", k) for k in range(12)] + [env("beta", "look up", k) for k in range(12)]
+                + [failed(f"refund ticket {k}", ["beta"]) for k in range(8)]
+                + [failed(f"upgrade seat {k}", ["alpha"]) for k in range(8)])
+    saved = [g.state_dict() for g in composition.gates]
+    try:
+        fit_gates_to_openings(composition, openings, GateTrainingConfig(max_steps=50))
+        held_out = [LabelledPrompt(conversation(f"refund ticket {k}", False), [], "beta") for k in range(100, 104)]
+        held_out += [LabelledPrompt(conversation(f"upgrade seat {k}", False), [], "alpha") for k in range(100, 104)]
+        assert predicted_slots(composition, tokenizer, held_out) == [2] * 4 + [1] * 4
+    finally:
+        for g, state in zip(composition.gates, saved, strict=True):
+            g.load_state_dict(state)

@@ -67,7 +67,12 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     trace_budget = report["evaluation"]["trace_moe"]["rollouts_used"]
     # routed at the opening, the gates and the router learn from the openings: the gate data plays nothing
     assert read_json(ws / "gate_data" / "summary.json")["rollouts"] == 0
+    # the opening gates are fitted to the environments' openings and to every failed target opening that
+    # lacked a trained capability (the rules labeller gives every run the same labels)
     built = EnvIndex.read(ws / "envs" / "index.json").built()
+    labels = read_json(ws / "labels" / "run_00.json")["trajectories"]
+    lacked = [t for t in labels if not t["passed"] and any(t["labels"][c]["label"] == "LACKING" for c in built)]
+    assert read_json(ws / "composed" / "composition.json")["gate_training"]["target_openings"] == len(lacked) > 0
     assert trace_budget == sum(read_metrics(ws / "adapters" / c / "metrics.jsonl")[-1].rollouts_used for c in built) > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
     # TRACE's curve: the composition of the adapters' step-0 snapshots (max_steps 2 = eval_steps: step 2 is

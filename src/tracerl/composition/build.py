@@ -5,7 +5,8 @@
 2. Split the labelled trajectories (each with `info["capability"]`) per capability into a
    training part and a held-out part (seeded).
 3. moe routed per token: train the gates on the training part (`training.train_gates`); routed at
-   the opening: fit them, layer by layer, to the training part's openings (`opening_fit`).
+   the opening: fit them, layer by layer, to the training part's openings (`opening_fit`) and to
+   the target's failed openings, each toward the capabilities its episode lacked (`target`).
    router / merge: set up the task router and calibrate its label head on the training part's
    first user turns (`router_fit`; off: the pure zero-shot router).
 4. Measure routing accuracy on the held-out prompts; write gates.safetensors and composition.json.
@@ -23,7 +24,7 @@ from tracerl.composition.accuracy import prompts_from_trajectories, routing_accu
 from tracerl.composition.adapters import LoRAAdapter, load_adapter
 from tracerl.composition.artifact import load_base, save_composed, spec_for
 from tracerl.composition.composed import MODES, MOE_ROUTINGS, Composition, adapter_capability, compose
-from tracerl.composition.examples import examples_from_trajectories, prompt_example
+from tracerl.composition.examples import examples_from_trajectories, lacking_example, prompt_example
 from tracerl.composition.opening_fit import fit_gates_to_openings
 from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
@@ -49,6 +50,10 @@ class ComposeOptions:
     # the LM loss on every trajectory (smoke runs); by default on each capability's successful ones
     # (TRACE), else its best rewarded — the label loss takes every trajectory's opening either way
     lm_on_all: bool = False
+    # moe routed at the opening: failed target episodes, each with info["lacking"] (the capabilities
+    # the selection's labels found it lacked); their openings join the fit, so the gates route the
+    # target's tasks by what its failures lack and not only by resemblance to an environment's openings
+    target: list[Trajectory] = field(default_factory=list)
     router_fit: bool = True  # router/merge: calibrate the label head on the training trajectories' first user turns
     router_fit_steps: int = 300
     seed: int = 0
@@ -122,6 +127,8 @@ def build_composition(
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
     if options.moe_routing not in MOE_ROUTINGS:
         raise InputError(f"moe routing must be one of {', '.join(MOE_ROUTINGS)}, got {options.moe_routing!r}")
+    if options.target and options.mode == "moe" and options.moe_routing != "opening":
+        raise InputError("the target's openings fit only the gates of a moe routed at the opening")
     if not adapter_dirs:
         raise InputError("give at least one adapter directory")
     adapters = [load_adapter(d) for d in adapter_dirs]
@@ -156,9 +163,11 @@ def _train(composition: Composition, tokenizer, train: list[Trajectory], options
     slot_of = {c.name: i for i, c in enumerate(composition.capabilities, start=1)}
     if composition.moe_routing == "opening":
         openings = [prompt_example(tokenizer, t.messages, t.tools, slot_of[str(t.info["capability"])]) for t in train]
-        layers = fit_gates_to_openings(composition, openings, options.gate, on_log=on_log)
+        targets = [lacking_example(tokenizer, t, slots, composition.num_slots) for t in options.target
+                   if (slots := [slot_of[c] for c in t.info.get("lacking", []) if c in slot_of])]
+        layers = fit_gates_to_openings(composition, openings + targets, options.gate, on_log=on_log)
         return {"method": "opening fit, layer by layer (L-BFGS)", "max_iter": options.gate.max_steps,
-                "examples": len(openings), "layers": layers}
+                "examples": len(openings), "target_openings": len(targets), "layers": layers}
     examples = examples_from_trajectories(tokenizer, train, slot_of, lm_on_all=options.lm_on_all)
     if not examples:
         raise InputError("no training trajectories to train the gates on")

@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="The composed-model directory to write."),
         capabilities: str = typer.Option(None, "--capabilities", help="capabilities.json naming and describing the adapters' capabilities."),
         trajectories: list[str] = typer.Option(None, "--trajectories", help="Rollout JSONL files with info.capability: gate training and held-out routing accuracy."),
+        target_rollouts: str = typer.Option(None, "--target-rollouts", help="moe --moe-routing opening: the base's target rollouts the selection labelled; each failed one's opening joins the gate fit, toward the capabilities its labels (labels/ beside --capabilities) found lacking."),
         heldout_fraction: float = typer.Option(0.2, help="Share of each capability's trajectories held out for routing accuracy."),
         max_steps: int = typer.Option(100, help="Gate-training steps (moe); routed at the opening, each layer's L-BFGS iterations."),
         learning_rate: float = typer.Option(1e-2, help="Gate learning rate (moe)."),
@@ -43,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
         from pydantic import ValidationError
 
-        from tracerl.composition.stage import MODES, ComposeConfig, ComposeInputs, run_compose
+        from tracerl.composition.stage import MODES, ComposeConfig, ComposeInputs, run_compose, target_lacking
         from tracerl.composition.training import GateTrainingConfig
         from tracerl.core.io import describe_validation_error
 
@@ -66,9 +67,16 @@ def register(app: typer.Typer) -> None:
                                    moe_routing=moe_routing)
         except ValidationError as e:
             raise InputError(f"bad option: {describe_validation_error(e)}") from None
+        target = []
+        if target_rollouts is not None:
+            if mode != "moe" or moe_routing != "opening":
+                raise InputError("--target-rollouts fits only the gates of --mode moe --moe-routing opening")
+            if capabilities is None:
+                raise InputError("--target-rollouts needs --capabilities: the selection's capabilities.json, its labels/ beside it")
+            target = target_lacking(Path(target_rollouts), Path(capabilities).parent, [Path(d).name for d in dirs])
         inputs = ComposeInputs(base=base, adapters=[Path(d) for d in dirs],
                                capabilities=None if capabilities is None else Path(capabilities),
-                               trajectories=[Path(t) for t in trajectories or []])
+                               trajectories=[Path(t) for t in trajectories or []], target=target)
         console = Console(stderr=True)
         with Progress(console=console, transient=True) as progress:
             per_layer = moe_routing == "opening"  # the gates are fitted one layer at a time

@@ -9,7 +9,9 @@ to a gate-data folder. Every rollout's opening takes the gates' label loss; the 
 capability's successful rollouts, or for an adapter with no success its best-rewarded ones
 (`examples.lm_kept`). When no composition learns from whole episodes (router, merge, moe routed at
 the opening: `needs_gate_rollouts`), the gate data is the environments' openings and no episode is
-played, so it costs no rollouts.
+played, so it costs no rollouts. A moe routed at the opening also fits its gates to the target's
+failed openings, each toward the capabilities its episode lacked (`ComposeInputs.target`, from the
+selection's labels: `target_lacking`), which costs no rollouts either.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracerl.composition.examples import lm_kept
 from tracerl.composition.training import GateTrainingConfig
-from tracerl.contracts import Capability, CompositionSpec, GateData, GateKept
+from tracerl.contracts import CapabilitiesFile, Capability, CompositionSpec, GateData, GateKept
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.core.trajectory import Trajectory
@@ -47,6 +49,10 @@ class ComposeConfig(BaseModel):
     moe_routing: Literal["token", "opening"] = Field(
         "token", description="moe: each token routes itself (token), or the gates' per-token majority over the "
                              "episode's opening routes all of it (opening)")
+    target_openings: bool = Field(
+        True, description="moe routed at the opening: fit the gates also to the target's failed train-split "
+                          "openings, each toward the trained capabilities the selection's labels found its episode "
+                          "lacked (else only the environments' openings, which route by resemblance)")
     gate: GateTrainingConfig = Field(default_factory=GateTrainingConfig)
 
 
@@ -58,6 +64,8 @@ class ComposeInputs:
     # selected ones all need an adapter), or the capabilities themselves, one per adapter
     trajectories: list[Path] = field(default_factory=list)  # labelled rollouts that train the gates …
     envs: dict[str, Path] = field(default_factory=dict)  # … or capability → environment, rolled out here
+    target: list[Trajectory] = field(default_factory=list)  # failed target rollouts with info["lacking"]
+    # (`target_lacking`): moe routed at the opening fits its gates to their openings too
 
 
 @dataclass
@@ -72,6 +80,11 @@ def needs_gate_rollouts(config: ComposeConfig) -> bool:
     """Whether a composition of `config` learns from whole episodes: only moe routed per token (its
     gates' LM loss). The router's label head and gates routed at the opening learn from the openings."""
     return "moe" in config.modes and config.moe_routing == "token"
+
+
+def fits_target_openings(config: ComposeConfig) -> bool:
+    """Whether a composition of `config` fits its gates to the target's failed openings: moe routed at the opening."""
+    return config.target_openings and "moe" in config.modes and config.moe_routing == "opening"
 
 
 def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], episodes: int, out_dir: Path, *,
@@ -106,6 +119,19 @@ def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], epi
     data = GateData(rollouts=rollouts, kept=kept)
     data.write(out_dir / "summary.json")
     return data, paths
+
+
+def target_lacking(rollouts: Path, selection: Path, capabilities: list[str]) -> list[Trajectory]:
+    """The failed target rollouts (the file the selection labelled) that lacked one of `capabilities`,
+    each with info["lacking"]: those its labels in `selection/labels/` found lacking in K of N runs
+    (K and N from `selection/capabilities.json`)."""
+    from tracerl.core.io import read_jsonl
+    from tracerl.selection.labels import lacking, read_runs
+
+    params = CapabilitiesFile.read(selection / "capabilities.json").params
+    by_task = lacking(read_runs(selection, params.n), capabilities, params.k)
+    return [t.model_copy(update={"info": {**t.info, "lacking": by_task[t.task_id]}})
+            for t in read_jsonl(rollouts, Trajectory) if by_task.get(t.task_id)]
 
 
 def openings(make_env: Callable[[], Any], seeds: list[int]) -> list[Trajectory] | None:
@@ -149,6 +175,7 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
             trajectories=[str(p) for p in trajectories], heldout_fraction=config.heldout_fraction, gate=config.gate,
             top_p=config.top_p, moe_routing=config.moe_routing, labels=labels, model_name=(names or {}).get(mode), seed=seed,
             router_fit=router_fit,
+            target=inputs.target if mode == "moe" and fits_target_openings(config) else [],
         )
         specs[mode] = build_composition([str(p) for p in inputs.adapters], inputs.base, out[mode], options,
                                         on_gate_log=on_gate_log)

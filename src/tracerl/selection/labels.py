@@ -11,13 +11,15 @@ has `label=None`: it is reported and left out of every count, never silently def
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tracerl.core.trajectory import Trajectory
 from tracerl.contracts import Capability
+from tracerl.core.errors import InputError
+from tracerl.core.trajectory import Trajectory
 
 Label = Literal["NA", "PRESENT", "LACKING"]
 LABELS: tuple[Label, ...] = ("NA", "PRESENT", "LACKING")
@@ -90,3 +92,34 @@ def label_codes(runs: list[LabelRun]) -> np.ndarray:
             for c, name in enumerate(names):
                 out[r, t, c] = CODE[row.labels[name].label]
     return out
+
+
+def read_runs(out_dir: Path, n: int) -> list[LabelRun]:
+    """The `n` labelling runs the selection wrote to `out_dir/labels/` (run_00.json …)."""
+    runs = []
+    for r in range(n):
+        path = Path(out_dir) / "labels" / f"run_{r:02d}.json"
+        if not path.exists():
+            raise InputError(f"no labelling run {r} (the selection's labels are missing)", path=path)
+        try:
+            runs.append(LabelRun.model_validate_json(path.read_text()))
+        except ValidationError as e:
+            raise InputError(f"not a labelling run: {e.errors()[0]['msg']}", path=path) from None
+    return runs
+
+
+def lacking(runs: list[LabelRun], names: list[str], k: int) -> dict[str, list[str]]:
+    """Each failed trajectory's task id → the capabilities of `names` (in that order) that at least
+    `k` of the runs labelled LACKING — TRACE's K-of-N, per trajectory."""
+    out: dict[str, list[str]] = {}
+    for t, row in enumerate(runs[0].trajectories if runs else []):
+        if row.passed:
+            continue
+        out[row.task_id] = [name for name in names
+                            if sum(_label(run, t, name) == "LACKING" for run in runs) >= k]
+    return out
+
+
+def _label(run: LabelRun, index: int, name: str) -> Label | None:
+    pair = run.trajectories[index].labels.get(name)
+    return pair.label if pair is not None else None
