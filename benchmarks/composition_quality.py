@@ -51,6 +51,9 @@ def main() -> None:
     ap.add_argument("--moe-routing", nargs="+", default=["token"], choices=["token", "opening"],
                     help="moe: compose routed per token (gates trained per --gate-seeds), at the opening (gates "
                          "fitted to the openings: nothing drawn, one run), or both")
+    ap.add_argument("--target", type=Path, default=None, metavar="WORKSPACE",
+                    help="a demo workspace (its rollouts/base.jsonl, capabilities.json and labels/): the moe routed at "
+                         "the opening fits its gates to its failed target openings too, as the pipeline's compose does")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--all-rollouts", action="store_true", help="the gates' LM loss on failed rollouts too (the label loss takes every rollout's opening anyway)")
     ap.add_argument("--stand-in-adapters", type=float, default=None, metavar="SCALE",
@@ -63,6 +66,7 @@ def main() -> None:
     from tracerl.composition.artifact import load_composed
     from tracerl.composition.build import ComposeOptions, build_composition
     from tracerl.composition.policy import ComposedPolicy
+    from tracerl.composition.stage import target_lacking
     from tracerl.composition.training import GateTrainingConfig
     from tracerl.contracts import Capability, RoutingAccuracy
     from tracerl.core.io import write_json, write_jsonl
@@ -118,6 +122,7 @@ def main() -> None:
     print(json.dumps(results["success"], indent=1), flush=True)
     del sampler, greedy, model
 
+    target = target_lacking(args.target / "rollouts" / "base.jsonl", args.target, names) if args.target else []
     runs = []  # (mode, gate seed, moe routing)
     for mode in args.modes:
         if mode != "moe":
@@ -132,7 +137,7 @@ def main() -> None:
         label = "moe at the opening" if routing == "opening" else label
         out = args.out / label.replace(" ", "-")
         options = ComposeOptions(mode=mode, capabilities=capabilities, trajectories=[str(args.out / "rollouts.jsonl")],
-                                 heldout_fraction=0.0, moe_routing=routing,
+                                 heldout_fraction=0.0, moe_routing=routing, target=target if routing == "opening" else [],
                                  # untrained stand-ins rarely succeed: routing-only runs take the LM loss on every rollout
                                  lm_on_all=args.all_rollouts or args.stand_in_adapters is not None, gate=GateTrainingConfig(max_steps=args.max_steps, per_device_train_batch_size=args.gate_batch_size,
                                                                           label_loss_coef=args.label_loss_coef, lm_loss_coef=args.lm_loss_coef,

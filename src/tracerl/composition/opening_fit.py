@@ -1,11 +1,15 @@
 """The gates of a moe composition routed at the opening, fitted layer by layer to the openings.
 
-Routed at the opening, the gates decide one thing: which capability an episode's opening states
+Routed at the opening, the gates decide one thing: which adapter an episode gets
 (`tracerl.composition.accuracy.prompt_slot` of their per-token votes). So they are fitted to that
-alone, on the openings (system prompt + first user turn; the label mask from the user turn on), one
-layer at a time from the first: the layer's inputs on the label-masked tokens are collected with
+alone, on openings (system prompt + first user turn; the label mask from the user turn on): each
+environment's, toward its capability, and each failed target episode's, toward the capabilities its
+episode lacked (split evenly: `GateExample.target`). Fitted to the environments' alone, the gates
+send a target task to whichever environment's openings it resembles, which need not be the one
+whose capability its failures lack (benchmarks/README.md, "The demo end to end"). One layer at a
+time from the first: the layer's inputs on the label-masked tokens are collected with
 the layers below routing by their gates already fitted, and the layer's gate is fitted full-batch
-to the tokens' slots (multinomial logistic regression on the RMS-normalised hidden state, L-BFGS,
+to the tokens' target weights (multinomial logistic regression on the RMS-normalised hidden state, L-BFGS,
 a small ridge). No minibatch is drawn, so the fit is deterministic, and it runs to convergence:
 the Switch objective's 100 minibatch steps left the label loss at ~1.06 and routed one capability
 0% or 100% depending on the gate seed (benchmarks/README.md, "Composition").
