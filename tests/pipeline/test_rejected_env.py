@@ -137,7 +137,8 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     silent = "tool_call_precision"
     capabilities_file(ws / "capabilities.json", [CAP, silent])
     config = RunConfig.model_validate({"synthesize": {"calibrate": False}, "train_rejected": "informative", "compose": {
-        "modes": ["moe", "router"], "moe_routing": "opening", "episodes_per_capability": 2, "gate": {"max_steps": 5}}})
+        "modes": ["moe", "router"], "moe_routing": "opening", "episodes_per_capability": 2, "gate": {"max_steps": 5},
+        "target_openings": False}})  # no collect or select ran here: no target rollouts or labels to fit to
     pipeline = Pipeline(config, ws)
     pipeline.stage_fns.synthesize(View(config, SECTIONS["synthesize"]))
     index = EnvIndex.read(ws / "envs" / "index.json")
