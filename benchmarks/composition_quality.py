@@ -8,7 +8,9 @@ adapters of the base). Then, for every capability environment:
 
 1. gate-training data: rollouts of the capability's own adapter on training seeds
    [0, --train-episodes) at temperature --temperature, labelled `info.capability`;
-2. `tracerl compose` machinery (`build_composition`) for the modes moe, router and merge;
+2. `tracerl compose` machinery (`build_composition`) for the modes moe, router and merge (with
+   `--target WORKSPACE`, the moe routed at the opening fits its gates to the workspace's failed
+   target openings too, as the demo's compose stage does);
 3. routing accuracy on held-out prompts (the openings of seeds eval_seed_start + i, i < --eval-episodes:
    the adapters' own held-out seeds), per environment;
 4. greedy held-out success of: the base, the capability's own adapter, and each composed model
