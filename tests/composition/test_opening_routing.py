@@ -170,11 +170,14 @@ def test_target_openings_route_the_target_by_what_its_episodes_lacked(setup):
     from tracerl.core.trajectory import Trajectory
 
     _, composition, tokenizer = setup
+
     def env(cap, word, k):
         return prompt_example(tokenizer, conversation(f"please {word} the order {k}", False), [], composition.slot_of(cap))
+
     def failed(request, lacked):
         trajectory = Trajectory(task_id=request, domain="target", messages=conversation(request, False))
         return lacking_example(tokenizer, trajectory, [composition.slot_of(c) for c in lacked], composition.num_slots)
+
     split = failed("change my seat 3", ["alpha", "beta"])
     assert split.target == [0.0, 0.5, 0.5] and split.slot == 1
     assert failed("x", ["beta", "beta"]).target == [0.0, 0.0, 1.0]
