@@ -27,13 +27,15 @@
    share whose every id was copied from an earlier user or tool message (`copied_ids`, which
    also counts an id copied from the wrong request). Per write tool (`write_ids`), whether its
    reservation id is one asked about for that kind of change, for another request, or for none,
-   and whether its payment id is the one asked for.
+   and whether its payment id is the one asked for. Of the flight-change writes (`flights_written`),
+   the share whose flights were all read in a tool result, and the share that are the gold change's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -322,6 +324,29 @@ def copied_ids(trajectories) -> dict[str, dict[str, float]]:
     return {f"{kind}s": {"calls": n, "copied": round(ok / n, 3) if n else None} for kind, (n, ok) in counts.items()}
 
 
+def flights_written(trajectories) -> dict[str, int | float | None]:
+    """Of the flight-change writes (`update_reservation_flights`): the share whose flights were all
+    read in a tool result before the call (the reservation's or a search's: not made up), and the
+    share whose flights are a gold change's (the cheapest that fits: the one it had to pick)."""
+    writes = read = gold = 0
+    for t in trajectories:
+        golds = [sorted(json.dumps(f, sort_keys=True) for f in a["arguments"].get("flights", []))
+                 for a in t.info.get("gold_actions", []) if a["name"] == "update_reservation_flights"]
+        seen: set[str] = set()
+        for m in t.messages:
+            if m.role == "tool":
+                seen |= set(re.findall(r'"flight_number": "([^"]+)"', m.content or ""))
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                if call.function.name != "update_reservation_flights":
+                    continue
+                flights = [f for f in (call.parsed_arguments() or {}).get("flights") or [] if isinstance(f, dict)]
+                writes += 1
+                read += bool(flights) and all(f.get("flight_number") in seen for f in flights)
+                gold += sorted(json.dumps(f, sort_keys=True) for f in flights) in golds
+    share = lambda n: round(n / writes, 3) if writes else None  # noqa: E731
+    return {"writes": writes, "flights_read": share(read), "gold": share(gold)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="agent directory (e.g. src/tracerl/models/tiny_agent)")
@@ -353,6 +378,7 @@ def main() -> None:
         result["free_generation_reservation_id"] = free_generation_reservations(rollouts)
         result["named_ids_per_tool"] = named_ids(rollouts)
         result["write_ids"] = write_ids(rollouts)
+        result["flights_written"] = flights_written(rollouts)
     print(json.dumps(result, indent=2))
 
 
