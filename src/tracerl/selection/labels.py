@@ -94,11 +94,16 @@ def label_codes(runs: list[LabelRun]) -> np.ndarray:
     return out
 
 
+def run_path(out_dir: Path, run: int) -> Path:
+    """Where the selection writes labelling run `run`: `out_dir/labels/run_XX.json`."""
+    return Path(out_dir) / "labels" / f"run_{run:02d}.json"
+
+
 def read_runs(out_dir: Path, n: int) -> list[LabelRun]:
-    """The `n` labelling runs the selection wrote to `out_dir/labels/` (run_00.json …)."""
+    """The `n` labelling runs the selection wrote to `out_dir/labels/` (`run_path`)."""
     runs = []
     for r in range(n):
-        path = Path(out_dir) / "labels" / f"run_{r:02d}.json"
+        path = run_path(out_dir, r)
         if not path.exists():
             raise InputError(f"no labelling run {r} (the selection's labels are missing)", path=path)
         try:
@@ -111,15 +116,9 @@ def read_runs(out_dir: Path, n: int) -> list[LabelRun]:
 def lacking(runs: list[LabelRun], names: list[str], k: int) -> dict[str, list[str]]:
     """Each failed trajectory's task id → the capabilities of `names` (in that order) that at least
     `k` of the runs labelled LACKING — TRACE's K-of-N, per trajectory."""
-    out: dict[str, list[str]] = {}
-    for t, row in enumerate(runs[0].trajectories if runs else []):
-        if row.passed:
-            continue
-        out[row.task_id] = [name for name in names
-                            if sum(_label(run, t, name) == "LACKING" for run in runs) >= k]
-    return out
-
-
-def _label(run: LabelRun, index: int, name: str) -> Label | None:
-    pair = run.trajectories[index].labels.get(name)
-    return pair.label if pair is not None else None
+    if not runs:
+        return {}
+    counts = (label_codes(runs) == LACKING).sum(axis=0)  # [trajectory, capability]
+    column = {name: c for c, name in enumerate(runs[0].capabilities)}
+    return {row.task_id: [n for n in names if n in column and counts[t, column[n]] >= k]
+            for t, row in enumerate(runs[0].trajectories) if not row.passed}

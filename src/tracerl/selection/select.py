@@ -20,7 +20,7 @@ from tracerl.contracts import (
 from tracerl.core.io import write_json
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.aggregate import Aggregate, SelectionParams, aggregate
-from tracerl.selection.labels import LabelRun, Labeller, label_codes, make_run
+from tracerl.selection.labels import LabelRun, Labeller, label_codes, make_run, run_path
 
 EXAMPLES = 3
 
@@ -47,7 +47,7 @@ def label_runs(
             first = (labels, problems)
         run = make_run(r, seed, labeller.name, trajectories, capabilities, labels, problems)
         if out_dir is not None:
-            write_json(out_dir / "labels" / f"run_{r:02d}.json", run.model_dump(mode="json"))
+            write_json(run_path(out_dir, r), run.model_dump(mode="json"))
         runs.append(run)
         if on_run is not None:
             on_run(r)
