@@ -99,9 +99,9 @@ def shutdown(world: World) -> None:
     issued (weakly: their tensors are freed with it), and gloo's worker thread would otherwise drop it
     some time after `wait` returns; when that lands during interpreter finalization, the thread cannot
     take the GIL to free a tensor Python owned and the process aborts ("terminate called without an
-    active exception"). Held here, it is freed by the main thread: `distributed_worker.py same-batch` under
-    torchrun, alternated with 3 busy loops on 2 cores (2026-12-06), aborted in 4 of 80 runs when the
-    work was dropped at once and in 0 of 80 with it held.
+    active exception"). Held here, it is freed by the main thread. tests/training/distributed_worker.py
+    same-batch under torchrun, with 3 busy loops on 2 cores (2026-12-06), aborted in 4 of 80 runs when
+    the work was dropped at once and in 0 of 80 (alternated) with it held.
     """
     if world.size > 1 and dist.is_initialized():
         work = dist.barrier(async_op=True)
