@@ -15,7 +15,8 @@ import statistics
 import time
 
 from tracerl.envs.airline import task_seeds
-from tracerl.envs.registry import make_env, make_policy
+from tracerl.envs.registry import make_env
+from tracerl.models.factory import make_policy
 from tracerl.envs.runner import Episode, rollout
 
 WORDS = re.compile(r"\w+|[^\w\s]")
@@ -38,7 +39,7 @@ def main() -> None:
     oracle = []
     for spec in ("oracle", "flawed:0.25,0.25,0.25,0.25"):
         start = time.perf_counter()
-        trajectories = rollout(lambda: make_env("airline", split="test"), make_policy(spec), [Episode(seed=s) for s in seeds])
+        trajectories = rollout(lambda: make_env("airline", split="test"), make_policy(spec, make_env=lambda: make_env("airline")), [Episode(seed=s) for s in seeds])
         seconds = time.perf_counter() - start
         passed = sum(t.passed for t in trajectories)
         oracle = oracle or trajectories

@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 
 from tracerl.contracts import EnvSpec
-from tracerl.synthesis.commands import make_policy
-from tracerl.synthesis.envdir import write_env_dir
+from tracerl.commands.synthesize import make_policy
+from tracerl.envs.synthetic.envdir import write_env_dir
 from tracerl.synthesis.synthesize import calibrate_env_dir
 from tracerl.synthesis.target import load_target
-from tracerl.synthesis.templates import TEMPLATES
+from tracerl.envs.synthetic.templates import TEMPLATES
 
 
 def main() -> None:

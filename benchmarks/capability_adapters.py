@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def builtin_env_dirs(root: Path, difficulty: int) -> list[Path]:
     from tracerl.contracts import EnvSpec
-    from tracerl.synthesis.envdir import write_env_dir
+    from tracerl.envs.synthetic.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
-    from tracerl.synthesis.templates import TEMPLATES
+    from tracerl.envs.synthetic.templates import TEMPLATES
 
     target = load_target("airline")
     return [write_env_dir(root / cap, EnvSpec(capability=cap, template=cap, target="airline", difficulty=difficulty),
@@ -46,7 +46,7 @@ def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: 
     from agent_id_copying import copied_ids
     from tracerl.envs.runner import Episode, rollout
     from tracerl.models.local import LocalPolicy, load_model
-    from tracerl.synthesis.envdir import load_env_dir
+    from tracerl.envs.synthetic.envdir import load_env_dir
 
     policy = LocalPolicy(*load_model(base), temperature=0.0, max_new_tokens=max_new_tokens)  # a fresh copy
     if adapter_dir is not None:
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from tracerl.training.commands import train_one
+    from tracerl.commands.train import train_one
     from tracerl.training.run import capability_dirs
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from tracerl.composition.artifact import load_composed
-    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.models.composed.artifact import load_composed
+    from tracerl.models.composed.policy import ComposedPolicy
     from tracerl.envs.registry import make_env
     from tracerl.envs.runner import Episode, rollout
 

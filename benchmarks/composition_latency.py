@@ -33,10 +33,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from tracerl.composition.adapters import LoRAAdapter, LoRAModule
-from tracerl.composition.composed import compose
-from tracerl.composition.layers import GatedLoRALinear
-from tracerl.composition.merge import merge_adapters
+from tracerl.models.composed.adapters import LoRAAdapter, LoRAModule
+from tracerl.models.composed.composition import compose
+from tracerl.models.composed.layers import GatedLoRALinear
+from tracerl.models.composed.merge import merge_adapters
 from tracerl.models.generation import _forward_signature
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -64,17 +64,19 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from tracerl.composition.accuracy import LabelledPrompt, routing_accuracy
-    from tracerl.composition.artifact import load_composed
+    from tracerl.models.composed.composition import LabelledPrompt
+
+    from tracerl.composition.accuracy import routing_accuracy
+    from tracerl.models.composed.artifact import load_composed
     from tracerl.composition.build import ComposeOptions, build_composition
-    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.models.composed.policy import ComposedPolicy
     from tracerl.composition.stage import target_lacking
     from tracerl.composition.training import GateTrainingConfig
     from tracerl.contracts import Capability, RoutingAccuracy
     from tracerl.core.io import write_json, write_jsonl
     from tracerl.envs.runner import Episode, rollout
     from tracerl.models.local import LocalPolicy, load_model
-    from tracerl.synthesis.envdir import load_env_dir, load_env_spec
+    from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec
     from tracerl.training.run import capability_dirs
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +185,7 @@ def votes_by_layer(composition, tokenizer, prompts) -> dict:
     """Per-capability routing accuracy of the moe gates counted three ways: each layer's
     decisions alone (majority over tokens), every layer × token decision pooled, and per token
     (`prompt_slot`, what routing accuracy reports)."""
-    from tracerl.composition.accuracy import gate_votes, prompt_slot
+    from tracerl.models.composed.composition import gate_votes, prompt_slot
 
     # one row of votes: `prompt_slot` is then the plain majority over them (ties to the lower slot)
     votes = gate_votes(composition, tokenizer, prompts)

@@ -30,7 +30,7 @@ def decision_contexts(target, pool: dict, n: int, tokenizer, first_seed: int = 0
     of the precondition template whose requests come from `pool` (request examples)."""
     from tracerl.core.messages import Message, ToolCall
     from tracerl.models.chat import ChatFormat
-    from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
+    from tracerl.envs.synthetic.templates.precondition import PreconditionVerificationEnv
 
     chat = ChatFormat(tokenizer)
     env = PreconditionVerificationEnv(dataclasses.replace(target, request_examples=pool), difficulty=0)

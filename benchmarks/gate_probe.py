@@ -35,13 +35,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    from tracerl.composition.routing import rms_normalised
-    from tracerl.composition.examples import GateExample, prompt_example, templated_with_assistant_mask, user_turn_start
-    from tracerl.composition.training import pad_batch
+    from tracerl.models.composed.composition import rms_normalised
+    from tracerl.models.composed.examples import GateExample, prompt_example, user_turn_start
+    from tracerl.composition.examples import templated_with_assistant_mask
+    from tracerl.models.composed.examples import pad_batch
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
     from tracerl.models.local import load_model
-    from tracerl.synthesis.envdir import load_env_dir
+    from tracerl.envs.synthetic.envdir import load_env_dir
     from tracerl.training.run import capability_dirs
 
     model, tokenizer = load_model(args.base, device="cpu")

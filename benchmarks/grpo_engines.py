@@ -62,7 +62,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     from tracerl.contracts import EnvSpec
-    from tracerl.synthesis.envdir import write_env_dir
+    from tracerl.envs.synthetic.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     report: dict = {"steps": args.steps, "threads": 1, "torch": torch.__version__, "environments": {}}

@@ -26,10 +26,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    from tracerl.composition.accuracy import prompt_slot
-    from tracerl.composition.artifact import load_composed
+    from tracerl.models.composed.composition import prompt_slot
+    from tracerl.models.composed.artifact import load_composed
     from tracerl.composition.examples import trajectory_example
-    from tracerl.composition.training import pad_batch
+    from tracerl.models.composed.examples import pad_batch
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
 

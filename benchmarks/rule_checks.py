@@ -118,7 +118,8 @@ def summary(rows: list[dict]) -> dict:
 def roll_out(model: str, tasks: int, hint: bool, threads: int, temperature: float = 0.0, seed: int = 0) -> list[Trajectory]:
     import torch
 
-    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.registry import make_env
+    from tracerl.models.factory import make_policy
     from tracerl.envs.runner import Episode, rollout
 
     torch.set_num_threads(threads)

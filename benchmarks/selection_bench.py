@@ -32,7 +32,7 @@ def bench_aggregation(runs: int, trajectories: int, capabilities: int, bootstrap
     from tracerl.core.trajectory import Trajectory
     from tracerl.selection.aggregate import SelectionParams, aggregate
     from tracerl.contracts import Capability, default_rubric
-    from tracerl.selection.labels import LABELS, LabelRun, PairLabel, TrajectoryLabels
+    from tracerl.contracts import LABELS, LabelRun, PairLabel, TrajectoryLabels
     from tracerl.selection.select import capabilities_document
 
     rng = np.random.default_rng(0)
@@ -65,13 +65,14 @@ def bench_aggregation(runs: int, trajectories: int, capabilities: int, bootstrap
 def bench_rules(trajectories: int, shared: Path) -> None:
     from tracerl.envs.airline import task_seeds
     from tracerl.envs.loading import load_rollouts
-    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.registry import make_env
+    from tracerl.models.factory import make_policy
     from tracerl.envs.runner import Episode, rollout
     from tracerl.selection.catalogue import builtin_capabilities
     from tracerl.selection.rules import RulesLabeller
 
     caps = builtin_capabilities()
-    tr, ts = timed(lambda: rollout(lambda: make_env("airline"), make_policy("flawed:0.3,0.3,0.3,0.3", seed=0),
+    tr, ts = timed(lambda: rollout(lambda: make_env("airline"), make_policy("flawed:0.3,0.3,0.3,0.3", seed=0, make_env=lambda: make_env("airline")),
                                    [Episode(seed=s) for s in task_seeds("train", trajectories)]))
     labeller = RulesLabeller()
     tl, rows = timed(lambda: labeller.label(ts, caps, 0))

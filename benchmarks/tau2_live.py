@@ -33,7 +33,8 @@ def data_folder() -> str:
 
 
 def measure(domain: str, split: str, tasks: int, batch_size: int, settings: dict) -> dict:
-    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.registry import make_env
+    from tracerl.models.factory import make_policy
     from tracerl.evaluation.evaluate import play
 
     def make():

@@ -66,7 +66,7 @@ def samples() -> dict:
             EnvRecord(capability="error_recovery", status="FAILED", environment=None, source="-", error="no template")]),
         "envs/tool_call_precision/env.json": EnvSpec(capability="tool_call_precision", template="tool_call_precision",
                                                      target="airline", difficulty=2),
-        "envs/tool_call_precision/target.json": TargetFile.of(load_target("airline")),
+        "envs/tool_call_precision/target.json": load_target("airline").file(),
         "envs/tool_call_precision/checks.json": CheckReport(checks=[
             CheckResult(name="oracle", passed=True, detail="oracle scores 1.0 on 20 seeds"),
             CheckResult(name="hints", passed=False, detail="seed 3: info['_hint'] is empty")]),

@@ -104,7 +104,7 @@ def test_env_digest_is_the_content_of_the_files_that_define_the_environment(tmp_
     import shutil
 
     from tracerl.contracts import CheckReport, EnvSpec
-    from tracerl.synthesis.envdir import env_digest, write_env_dir
+    from tracerl.envs.synthetic.envdir import env_digest, write_env_dir
     from tracerl.synthesis.target import load_target
 
     env = write_env_dir(tmp_path / "a" / "cap", EnvSpec(capability="cap", template="cap", target="airline"),

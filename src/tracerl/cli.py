@@ -25,15 +25,15 @@ console = Console(stderr=True)
 
 
 _COMMAND_MODULES = (
-    "tracerl.envs.commands",  # collect, show
-    "tracerl.selection.commands",  # select
-    "tracerl.synthesis.commands",  # synthesize, calibrate
-    "tracerl.training.commands",  # train
-    "tracerl.composition.commands",  # compose
-    "tracerl.evaluation.report_commands",  # report
-    "tracerl.models.commands",  # build-agent
-    "tracerl.serve.commands",  # serve
-    "tracerl.pipeline_commands",  # run, demo, eval
+    "tracerl.commands.collect",  # collect, show
+    "tracerl.commands.select",  # select
+    "tracerl.commands.synthesize",  # synthesize, calibrate
+    "tracerl.commands.train",  # train
+    "tracerl.commands.compose",  # compose
+    "tracerl.commands.report",  # report
+    "tracerl.commands.build_agent",  # build-agent
+    "tracerl.commands.serve",  # serve
+    "tracerl.commands.run",  # run, demo, eval
 )
 _registered = False
 

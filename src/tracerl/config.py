@@ -17,11 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tracerl.composition.stage import ComposeConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
+from tracerl.core.sampling import RolloutSettings
 from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
-from tracerl.training.config import RolloutSettings, TrainConfig, run_training_options
+from tracerl.training.config import TrainConfig, run_training_options
 
 
 class Section(BaseModel):

@@ -2,9 +2,10 @@
 
     rollouts/*.jsonl, eval/*.jsonl         Trajectory (`tracerl.core.trajectory`), one per line
     capabilities.json                      CapabilitiesFile — step 1, `tracerl select`
+    labels/run_XX.json                     LabelRun — its labelling runs
     envs/index.json                        EnvIndex — step 2, `tracerl synthesize`
-      envs/<c>/env.json                    EnvSpec (the directory: `synthesis.envdir`)
-      envs/<c>/target.json                 TargetFile (the in-memory `synthesis.target.Target`)
+      envs/<c>/env.json                    EnvSpec (the directory: `envs.synthetic.envdir`)
+      envs/<c>/target.json                 TargetFile (the in-memory `envs.synthetic.target.Target`)
       envs/<c>/checks.json                 CheckReport
       envs/<c>/calibration.json            CalibrationResult (`synthesis.calibration` computes it)
     adapters/<c>/train_config.json         TrainRun — step 3, `tracerl train`
@@ -15,6 +16,8 @@
     curve/curve.json                       TraceCurve — TRACE's sample-efficiency points (the pipeline)
     report/report.json                     ReportSummary — `tracerl report`
 
+`Workspace` names every one of these paths in a run's folder; nothing else spells them out.
+
 Every model here forbids fields it does not know, so a writer and a reader cannot drift apart:
 `Model.read(path)` raises the one-line `InputError` naming the file, `model.write(path)` writes
 atomically. This module imports no torch (`tracerl report` and `tracerl select` use it).
@@ -24,15 +27,26 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tracerl.core.errors import InputError
-from tracerl.core.io import atomic_write_text, describe_validation_error, read_json, read_jsonl
-from tracerl.evaluation.stats import Interval
-from tracerl.synthesis.target import Target
+from tracerl.core.io import (
+    atomic_write_text,
+    describe_validation_error,
+    read_json,
+    read_jsonl,
+)
 
 C = TypeVar("C", bound="Contract")
 CAPABILITY_NAME = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -42,6 +56,14 @@ class Record(BaseModel):
     """A part of a contract file: unknown fields are an error."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class Interval(Record):
+    """A mean and its 95% interval (`tracerl.evaluation.stats` computes them)."""
+
+    mean: float
+    low: float
+    high: float
 
 
 class Contract(Record):
@@ -193,6 +215,51 @@ class CapabilitiesFile(Contract):
         return [c for c in self.capabilities if c.selected]
 
 
+# ----------------------------------------------------------------------------- labels (step 1)
+
+
+Label = Literal["NA", "PRESENT", "LACKING"]
+LABELS: tuple[Label, ...] = ("NA", "PRESENT", "LACKING")
+
+
+class PairLabel(Record):
+    label: Label | None  # None: unlabelled (reported, excluded from counts)
+    evidence: str = ""
+
+
+class TrajectoryLabels(Record):
+    index: int
+    task_id: str
+    passed: bool
+    labels: dict[str, PairLabel]
+
+
+class LabelRun(Contract):
+    """labels/run_XX.json: one labelling run's label for every (trajectory, capability) pair."""
+
+    run: int
+    seed: int
+    labeler: str
+    capabilities: list[str]
+    trajectories: list[TrajectoryLabels]
+    unlabelled: int = 0
+    problems: list[str] = Field(default_factory=list)
+
+
+def lacking_capabilities(runs: list[LabelRun], names: list[str], k: int) -> dict[str, list[str]]:
+    """Each failed trajectory's task id → the capabilities of `names` (in that order) that at least `k`
+    of the runs labelled LACKING — TRACE's K-of-N, per trajectory."""
+    if not runs:
+        return {}
+    counts: dict[tuple[int, str], int] = {}
+    for run in runs:
+        for t, row in enumerate(run.trajectories):
+            for name, pair in row.labels.items():
+                counts[t, name] = counts.get((t, name), 0) + (pair.label == "LACKING")
+    return {row.task_id: [n for n in names if counts.get((t, n), 0) >= k]
+            for t, row in enumerate(runs[0].trajectories) if not row.passed}
+
+
 # ----------------------------------------------------------------------------- environments (step 2)
 
 
@@ -202,7 +269,7 @@ class EnvSpec(Contract):
     capability: str
     description: str = ""
     source: Literal["template", "llm"] = "template"
-    template: str | None = Field(None, description="A key of tracerl.synthesis.templates.TEMPLATES.")
+    template: str | None = Field(None, description="A key of tracerl.envs.synthetic.templates.TEMPLATES.")
     module: str | None = Field(None, description="A file in the directory defining make_env(difficulty).")
     target: str = Field(description="The target's name ('airline', 'retail', …).")
     difficulty: int = 1
@@ -217,7 +284,7 @@ class EnvSpec(Contract):
 
 
 class TargetFile(Contract):
-    """envs/<c>/target.json: the target domain the environment imitates (`synthesis.target.Target`), so
+    """envs/<c>/target.json: the target domain the environment imitates (`envs.synthetic.target.Target`), so
     the directory does not depend on where the target's tools.json was."""
 
     name: str
@@ -234,21 +301,6 @@ class TargetFile(Contract):
     rules: list[str] = Field(default_factory=list, description="The target's domain rule lines.")
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
 
-    @classmethod
-    def of(cls, target: Target) -> TargetFile:
-        return cls(name=target.name, title=target.title, source=target.source, preamble=list(target.preamble),
-                   closing=list(target.closing), value_examples=target.value_examples or {},
-                   result_examples=target.result_examples or {}, request_examples=target.request_examples or {},
-                   rules=list(target.rules),
-                   tools=[{**t.to_openai(), "x-tool-type": t.kind} for t in target.tools])
-
-    def target(self) -> Target:
-        from tracerl.core.tools import ToolSchema
-
-        return Target(name=self.name, tools=tuple(ToolSchema.from_openai(t) for t in self.tools), title=self.title,
-                      source=self.source, preamble=tuple(self.preamble), closing=tuple(self.closing),
-                      value_examples=self.value_examples or None, result_examples=self.result_examples or None,
-                      request_examples=self.request_examples or None, rules=tuple(self.rules))
 
 
 class CheckResult(Record):
@@ -389,6 +441,32 @@ class GateData(Contract):
 COMPOSITION_FORMAT = "tracerl.composition/2"
 
 
+@dataclass(frozen=True)
+class CompositionMode:
+    """One way of composing the adapters: its folder in a run's workspace and the variant it is evaluated as."""
+
+    name: str
+    folder: str
+    variant: str
+    summary: str
+
+
+# Every composition mode, in order: the first one a run composes is "TRACE" in the report's headline.
+COMPOSITION_MODES: dict[str, CompositionMode] = {m.name: m for m in (
+    CompositionMode("moe", "composed", "trace_moe", "a gate per decoder layer routes each token to one adapter "
+                    "(or, routed at the opening, each episode by the gates' majority over its opening)"),
+    CompositionMode("router", "composed_router", "trace_router", "the task router sends each episode to one adapter"),
+    CompositionMode("merge", "composed_merge", "trace_merge", "the task router's top-p adapters, merged by its "
+                    "weights, serve each episode"),
+)}
+MOE_ROUTINGS = ("token", "opening")  # moe: each token routes itself, or each episode at its opening
+
+
+def composition_mode_of_variant(variant: str) -> CompositionMode | None:
+    """The composition mode evaluated as `variant` (trace_moe → moe), None for any other variant."""
+    return next((m for m in COMPOSITION_MODES.values() if m.variant == variant), None)
+
+
 class AdapterRef(Record):
     name: str
     path: str = Field(description="Relative to the composed directory when local, else a hub id.")
@@ -509,8 +587,6 @@ def eval_file_stem(variant: str) -> str:
     return variant.replace(":", "-")
 
 
-# A composition mode's evaluated variant; in this order, the first one evaluated is "TRACE" in the report's headline.
-TRACE_VARIANTS = {"moe": "trace_moe", "router": "trace_router", "merge": "trace_merge"}
 
 
 # ----------------------------------------------------------------------------- calibration (step 2)
@@ -650,3 +726,142 @@ class ReportSummary(Contract):
     examples: list[Example]
     missing: dict[str, str] = Field(description="Section → why it is empty.")
     figures: dict[str, str] = Field(default_factory=dict, description="Figure → its PNG in report/.")
+
+
+# ----------------------------------------------------------------------------- the run folder
+
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # a PEFT adapter folder's weights (written last: the folder is whole)
+METRICS_FILE = "metrics.jsonl"  # a training folder's metrics, one `MetricsRow` per line
+SNAPSHOTS = "snapshots"  # a training folder's snapshots/step_<n>/: the adapter each held-out evaluation measured
+_SNAPSHOT = re.compile(r"^step_(\d+)$")
+
+
+def adapter_snapshots(adapter_dir: str | Path) -> dict[int, Path]:
+    """Step → its adapter snapshot in `adapter_dir/snapshots/` (whole ones only), by step."""
+    found = {}
+    for path in (Path(adapter_dir) / SNAPSHOTS).glob("step_*"):
+        match = _SNAPSHOT.match(path.name)
+        if match and (path / ADAPTER_WEIGHTS).is_file():
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+class Workspace:
+    """A run's folder and every path in it (`tracerl run -w DIR`):
+
+        config.yaml                      the resolved run config
+        rollouts/base.jsonl              base-agent rollouts on the target's train split
+        capabilities.json, labels/       step 1 (labels/run_XX.json: one labelling run each)
+        envs/index.json, envs/<c>/       step 2 (env.json, target.json, checks.json, calibration.json)
+        adapters/<c>/                    step 3 (PEFT adapter, metrics.jsonl, checkpoints, snapshots/step_<n>/)
+        gate_data/                       the adapters' rollouts or openings the compositions learn from
+        composed*/                       step 4, one folder per composition mode (`COMPOSITION_MODES`)
+        baselines/<name>/                a baseline trained at TRACE's rollout budget (grpo_target)
+        curve/                           the sample-efficiency points (curve.json, step_<n>/, step_<n>.jsonl)
+        eval/<variant>.json|.jsonl       held-out evaluation (eval/tau2/<variant>.json: τ²-bench's results file)
+        report/index.html, report.json   the report
+        .stages/<stage>.json             what each finished stage ran with (`tracerl.stages`)
+
+    Every method returns an absolute path under `root`; `rel` gives it relative to the root (how a stage
+    names its inputs and outputs).
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    # step 0-1
+    @property
+    def config(self) -> Path:
+        return self.root / "config.yaml"
+
+    @property
+    def base_rollouts(self) -> Path:
+        return self.root / "rollouts" / "base.jsonl"
+
+    @property
+    def capabilities(self) -> Path:
+        return self.root / "capabilities.json"
+
+    @property
+    def labels(self) -> Path:
+        return self.root / "labels"
+
+    def label_run(self, run: int) -> Path:
+        return self.labels / f"run_{run:02d}.json"
+
+    # step 2
+    @property
+    def envs(self) -> Path:
+        return self.root / "envs"
+
+    @property
+    def env_index(self) -> Path:
+        return self.envs / "index.json"
+
+    def env(self, capability: str) -> Path:
+        return self.envs / capability
+
+    # step 3
+    def adapter(self, capability: str) -> Path:
+        return self.root / "adapters" / capability
+
+    # step 4
+    @property
+    def gate_data(self) -> Path:
+        return self.root / "gate_data"
+
+    @property
+    def gate_summary(self) -> Path:
+        return self.gate_data / "summary.json"
+
+    def composed(self, mode: str) -> Path:
+        return self.root / COMPOSITION_MODES[mode].folder
+
+    # baselines, curve, evaluation, report
+    def baseline(self, name: str) -> Path:
+        return self.root / "baselines" / name
+
+    @property
+    def curve(self) -> Path:
+        return self.root / "curve"
+
+    @property
+    def curve_file(self) -> Path:
+        return self.curve / "curve.json"
+
+    @property
+    def eval(self) -> Path:
+        return self.root / "eval"
+
+    def eval_result(self, variant: str) -> Path:
+        return self.eval / f"{eval_file_stem(variant)}.json"
+
+    def eval_episodes(self, variant: str) -> Path:
+        return self.eval / f"{eval_file_stem(variant)}.jsonl"
+
+    def tau2_results(self, variant: str) -> Path:
+        return self.eval / "tau2" / f"{eval_file_stem(variant)}.json"
+
+    @property
+    def report(self) -> Path:
+        return self.root / "report"
+
+    @property
+    def report_html(self) -> Path:
+        return self.report / "index.html"
+
+    @property
+    def report_json(self) -> Path:
+        return self.report / "report.json"
+
+    # bookkeeping
+    def stage_record(self, stage: str) -> Path:
+        return self.root / ".stages" / f"{stage}.json"
+
+    @property
+    def served_adapters(self) -> Path:
+        return self.root / ".served_adapters"

@@ -9,22 +9,8 @@ given only the config sections it reads (`SECTIONS`, a `View`), and its cache ke
 of them. Training resumes from its last checkpoint, so killing a run anywhere and starting it
 again loses at most one step. An environment that calibration rejected stops the run before it
 is trained, unless the config says `train_rejected: true` (or `informative`: not one whose
-calibration groups all had equal rewards, where GRPO gets no gradient).
-
-Workspace layout:
-    config.yaml                      the resolved run config
-    rollouts/base.jsonl              base-agent rollouts on the target's train split
-    capabilities.json, labels/       step 1
-    envs/<capability>/               step 2 (env.json, calibration.json)
-    adapters/<capability>/           step 3 (PEFT adapter, metrics.jsonl, checkpoints, snapshots/step_<n>/)
-    gate_data/<capability>.jsonl     adapter rollouts that train the gates
-    composed/, composed_router/      step 4 (composition.json, gates.safetensors)
-    baselines/grpo_target/           GRPO on the target with TRACE's rollout budget
-    curve/                           TRACE at the adapters' earlier evaluation steps, on GRPO's held-out episodes
-                                     (curve.json; step_<n>/: the composition of step n's snapshots; step_<n>.jsonl)
-    eval/<variant>.json|.jsonl       held-out evaluation
-    eval/tau2/<variant>.json         the same episodes as τ²-bench's results file (a tau2:<domain> target)
-    report/index.html, report.json   the report
+calibration groups all had equal rewards, where GRPO gets no gradient). The workspace's layout is
+`tracerl.contracts.Workspace`'s.
 """
 
 from __future__ import annotations
@@ -35,21 +21,59 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from openai import OpenAI
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
+from tracerl.composition.stage import (
+    ComposeInputs,
+    fits_target_openings,
+    run_compose,
+    target_lacking,
+)
+from tracerl.composition.stage import summary as compose_summary
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
-    TRACE_VARIANTS, CalibrationResult, CapabilitiesFile, CapabilityResult, EnvIndex, EvalResult, GateData, eval_file_stem,
+    ADAPTER_WEIGHTS,
+    COMPOSITION_MODES,
+    METRICS_FILE,
+    CalibrationResult,
+    CapabilitiesFile,
+    CapabilityResult,
+    EnvIndex,
+    EvalResult,
+    GateData,
+    Workspace,
+    composition_mode_of_variant,
     read_metrics,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.stage import EvalVariant
+from tracerl.envs.collect import run_collect, target_factory
+from tracerl.envs.loading import load_rollouts
+from tracerl.envs.tau2_live import load_tau2_settings
+from tracerl.evaluation.curve import CurveInputs, run_curve
+from tracerl.evaluation.evaluate import capability_note
+from tracerl.evaluation.report import build_report
+from tracerl.evaluation.served import LOCAL_NOTE, served_policy
+from tracerl.evaluation.stage import EvalVariant, run_evaluate
+from tracerl.models.local import LocalPolicy, load_model
+from tracerl.selection.llm import LLMConfig
+from tracerl.selection.rules import failures_by_capability
+from tracerl.selection.stage import progress_steps, run_select
 from tracerl.stages import Stage, View, is_complete, run_stage
+from tracerl.synthesis.stage import run_synthesize
+from tracerl.synthesis.target import load_target, target_from_live_env
+from tracerl.training.stage import TrainEnv, run_train
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "curve", "eval", "report")
-COMPOSED_DIRS = {"moe": "composed", "router": "composed_router", "merge": "composed_merge"}
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
@@ -71,82 +95,79 @@ class Pipeline:
                  eval_server: str | None = None):
         self.cfg = config
         self.eval_server = eval_server  # `tracerl eval --server`: the eval stages' model.server_url
-        self.ws = Path(workspace)
+        self.ws = Workspace(workspace)
         self.stage_fns = StageFunctions(self.ws, console or Console(stderr=True))
         self.log: list[dict[str, Any]] = []
-
-    def path(self, rel: str) -> Path:
-        return self.ws / rel
 
     def trained_envs(self) -> list[str]:
         return self.stage_fns.trained_envs(self.cfg.train_rejected)
 
     # --- the stage graph ---------------------------------------------------------------------------
-    def stage(self, name: str, inputs: list[str], outputs: list[str], *args: Any) -> Stage:
-        """Stage `name` (kind[:item]): its function called with its `View` of the config (and `args`)."""
+    def stage(self, name: str, inputs: list[Path | str], outputs: list[Path], *args: Any) -> Stage:
+        """Stage `name` (kind[:item]): its function called with its `View` of the config (and `args`).
+        Inputs in the workspace are given as its paths, files elsewhere (a config's) as strings."""
         kind = name.split(":")[0]
         view = View(self.cfg, SECTIONS[kind])
         if kind == "eval" and self.eval_server:
             view.model = view.model.model_copy(update={"server_url": self.eval_server})
         fn = getattr(self.stage_fns, "evaluate" if kind == "eval" else kind)
-        return Stage(name, lambda: fn(view, *args), inputs=inputs, outputs=outputs, config=view.key())
+        rel = [self.ws.rel(p) if isinstance(p, Path) else p for p in inputs]
+        return Stage(name, lambda: fn(view, *args), inputs=rel, outputs=[self.ws.rel(p) for p in outputs],
+                     config=view.key())
 
     def stages(self) -> list[Stage]:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
-        cfg = self.cfg
-        target_files = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
+        cfg, ws = self.cfg, self.ws
+        target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
         caps = self.trained_envs()
         live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
-            self.stage("collect", target_files, ["rollouts/base.jsonl"]),
-            self.stage("select", ["rollouts/base.jsonl"] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
-                       ["capabilities.json"]),
-            self.stage("synthesize", ["capabilities.json"] + target_files + (["rollouts/base.jsonl"] if live_tools else []),
-                       ["envs/index.json"] + [f"envs/{c}" for c in caps]),
+            self.stage("collect", target_files, [ws.base_rollouts]),
+            self.stage("select", [ws.base_rollouts] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
+                       [ws.capabilities]),
+            self.stage("synthesize", [ws.capabilities, *target_files] + ([ws.base_rollouts] if live_tools else []),
+                       [ws.env_index] + [ws.env(c) for c in caps]),
         ]
         if cfg.target.results is not None:
             return out  # an imported target: selection and synthesis only (no simulator to train or evaluate on)
         for cap in caps:
-            out.append(self.stage(f"train:{cap}", [f"envs/{cap}"], [f"adapters/{cap}/adapter_model.safetensors",
-                                                                     f"adapters/{cap}/metrics.jsonl"], cap))
-        adapters = [f"adapters/{c}/adapter_model.safetensors" for c in caps]
-        out.append(self.stage("compose", adapters + [f"envs/{c}" for c in caps]
-                              + ["capabilities.json", "rollouts/base.jsonl", "labels"],
-                              [f"{COMPOSED_DIRS[m]}/composition.json" for m in cfg.compose.modes]
-                              + ["gate_data/summary.json"]))
+            out.append(self.stage(f"train:{cap}", [ws.env(cap)], [ws.adapter(cap) / ADAPTER_WEIGHTS,
+                                                                    ws.adapter(cap) / METRICS_FILE], cap))
+        adapters = [ws.adapter(c) / ADAPTER_WEIGHTS for c in caps]
+        composed = [ws.composed(m) / "composition.json" for m in cfg.compose.modes]
+        out.append(self.stage("compose", [*adapters, *(ws.env(c) for c in caps), ws.capabilities, ws.base_rollouts,
+                                          ws.labels], composed + [ws.gate_summary]))
+        grpo = ws.baseline("grpo_target")
         if cfg.baselines.grpo_target:
-            out.append(self.stage("grpo_target", adapters + ["gate_data/summary.json"] + target_files,
-                                  ["baselines/grpo_target/adapter_model.safetensors",
-                                   "baselines/grpo_target/metrics.jsonl"]))
+            out.append(self.stage("grpo_target", [*adapters, ws.gate_summary, *target_files],
+                                  [grpo / ADAPTER_WEIGHTS, grpo / METRICS_FILE]))
         if cfg.compose.modes:
             mode = trace_mode(cfg.compose.modes)
-            out.append(self.stage("curve", [COMPOSED_DIRS[mode], "gate_data/summary.json"] + target_files
-                                  + [f"adapters/{c}/{f}" for c in caps for f in ("metrics.jsonl", "snapshots")],
-                                  ["curve/curve.json"]))
+            out.append(self.stage("curve", [ws.composed(mode), ws.gate_summary, *target_files]
+                                  + [ws.adapter(c) / f for c in caps for f in (METRICS_FILE, "snapshots")],
+                                  [ws.curve_file]))
         for variant, inputs in self.variants().items():
-            out.append(self.stage(f"eval:{variant}", inputs + target_files, [f"eval/{eval_file_stem(variant)}.json"],
-                                  variant))
-        metrics = [f"adapters/{c}/metrics.jsonl" for c in caps] + ["baselines/grpo_target/metrics.jsonl"]
-        out.append(self.stage("report", ["config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "eval",
-                                         "gate_data/summary.json", "curve/curve.json"] + metrics
-                              + [f"{COMPOSED_DIRS[m]}/composition.json" for m in cfg.compose.modes],
-                              ["report/index.html", "report/report.json"]))
+            out.append(self.stage(f"eval:{variant}", [*inputs, *target_files], [ws.eval_result(variant)], variant))
+        metrics = [ws.adapter(c) / METRICS_FILE for c in caps] + [grpo / METRICS_FILE]
+        out.append(self.stage("report", [ws.config, ws.base_rollouts, ws.capabilities, ws.envs, ws.eval, ws.gate_summary,
+                                         ws.curve_file, *metrics, *composed], [ws.report_html, ws.report_json]))
         return out
 
-    def variants(self) -> dict[str, list[str]]:
+    def variants(self) -> dict[str, list[Path]]:
         """Evaluated variants → the files their result depends on. `base` comes first (the others
         are compared with it)."""
-        cfg, caps = self.cfg, self.trained_envs()
-        variants: dict[str, list[str]] = {"base": []}
+        cfg, ws, caps = self.cfg, self.ws, self.trained_envs()
+        base = ws.eval_result("base")
+        variants: dict[str, list[Path]] = {"base": []}
         for mode in cfg.compose.modes:
-            variants[TRACE_VARIANTS[mode]] = [f"{COMPOSED_DIRS[mode]}", "eval/base.json"]
+            variants[COMPOSITION_MODES[mode].variant] = [ws.composed(mode), base]
         if cfg.baselines.grpo_target:
-            variants["grpo_target"] = ["baselines/grpo_target/adapter_model.safetensors", "eval/base.json"]
+            variants["grpo_target"] = [ws.baseline("grpo_target") / ADAPTER_WEIGHTS, base]
         if cfg.baselines.prompt_capabilities:
-            variants["prompt_capabilities"] = ["capabilities.json", "eval/base.json"]
+            variants["prompt_capabilities"] = [ws.capabilities, base]
         if cfg.baselines.single_adapters:
             for cap in caps:
-                variants[f"adapter:{cap}"] = [f"adapters/{cap}/adapter_model.safetensors", "eval/base.json"]
+                variants[f"adapter:{cap}"] = [ws.adapter(cap) / ADAPTER_WEIGHTS, base]
         return variants
 
     def run(self, *, force: set[str] = frozenset(), only: set[str] | None = None,
@@ -156,8 +177,8 @@ class Pipeline:
         unknown = {f.split(":")[0] for f in set(force) | set(only or ())} - set(STAGES)
         if unknown:
             raise InputError(f"unknown stage {sorted(unknown)[0]!r} (stages: {', '.join(STAGES)})")
-        self.ws.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path("config.yaml"), self.cfg.to_yaml())
+        self.ws.root.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.ws.config, self.cfg.to_yaml())
         done: set[str] = set()
         while True:
             pending = [s for s in self.stages() if s.name not in done]
@@ -167,15 +188,15 @@ class Pipeline:
             kind = stage.name.split(":")[0]
             if kind == "train" and not self.cfg.train_rejected:
                 self.refuse_if_rejected(stage.name.split(":", 1)[1])
-            if only is not None and kind not in only and not is_complete(self.ws, stage):
+            if only is not None and kind not in only and not is_complete(self.ws.root, stage):
                 raise InputError(f"stage '{stage.name}' has not run (or its inputs changed): run `tracerl run` first",
-                                 path=str(self.ws))
+                                 path=str(self.ws.root))
             forced = stage.name in force or kind in force
             # A training run left in the stage's folder is resumed when the stage never finished (killed);
             # one the stage finished before, with other inputs or config, is replaced, as any stage's outputs are.
-            self.stage_fns.forcing = forced or (self.path(f".stages/{stage.name}.json").exists()
-                                                and not is_complete(self.ws, stage))
-            ran, summary = run_stage(self.ws, stage, force=forced)
+            self.stage_fns.forcing = forced or (self.ws.stage_record(stage.name).exists()
+                                                and not is_complete(self.ws.root, stage))
+            ran, summary = run_stage(self.ws.root, stage, force=forced)
             done.add(stage.name)
             self.log.append({"stage": stage.name, "ran": ran, "summary": summary})
             if on_stage is not None:
@@ -183,7 +204,7 @@ class Pipeline:
 
     def refuse_if_rejected(self, capability: str) -> None:
         """Stop (exit 2) before training on an environment calibration rejected, naming its figures."""
-        path = self.path(f"envs/{capability}/calibration.json")
+        path = self.ws.env(capability) / "calibration.json"
         if not path.exists():
             return  # not calibrated (synthesize.calibrate: false): nothing rejected it
         result = CalibrationResult.read(path)
@@ -199,30 +220,20 @@ class StageFunctions:
     """The stages' work over one workspace. Each is given its `View` of the config and nothing more
     (this class holds no config), so what a stage reads is what its cache key covers."""
 
-    def __init__(self, workspace: Path, console: Console):
+    def __init__(self, workspace: Workspace, console: Console):
         self.ws = workspace
         self.console = console
         self.forcing = False  # training starts over, not resuming (`Pipeline.run` says when)
 
     # --- shared helpers -------------------------------------------------------------------------
-    def path(self, rel: str) -> Path:
-        return self.ws / rel
-
     @staticmethod
     def target_env(c: View, split: str) -> Callable[[], Any]:
-        from tracerl.envs.collect import target_factory
-
-        if c.target.env.startswith("tau2:") and c.target.tau2 is not None:
-            from tracerl.envs.tau2_live import load_tau2_settings
-
-            return target_factory(c.target.env, split, load_tau2_settings(c.target.tau2))
-        return target_factory(c.target.env, split)
+        settings = load_tau2_settings(c.target.tau2) if c.target.env.startswith("tau2:") and c.target.tau2 else None
+        return target_factory(c.target.env, split, settings)
 
     @staticmethod
-    def policy(c: View, *, temperature: float, seed: int, adapters: dict[str, Path] | None = None):
+    def policy(c: View, *, temperature: float, seed: int, adapters: dict[str, Path] | None = None) -> LocalPolicy:
         """A local policy over a fresh copy of the base model (adapters mutate the model they load into)."""
-        from tracerl.models.local import LocalPolicy, load_model
-
         model, tokenizer = load_model(c.model.base)
         policy = LocalPolicy(model, tokenizer, temperature=temperature, seed=seed,
                              max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
@@ -231,65 +242,52 @@ class StageFunctions:
         return policy
 
     def selected(self) -> list[CapabilityResult]:
-        return CapabilitiesFile.read(self.path("capabilities.json")).selected()
+        return CapabilitiesFile.read(self.ws.capabilities).selected()
 
     def trained_envs(self, train_rejected: bool | str) -> list[str]:
         """The environments adapters are trained on under the config's `train_rejected`, in selection order."""
-        index = self.path("envs/index.json")
+        index = self.ws.env_index
         return EnvIndex.read(index).trainable(train_rejected == "informative") if index.exists() else []
 
     def trace_rollouts(self, c: View) -> int:
         """Rollouts TRACE consumed: every adapter's GRPO rollouts plus the gate-training rollouts."""
         total = 0
         for cap in self.trained_envs(c.train_rejected):
-            rows = read_metrics(self.path(f"adapters/{cap}/metrics.jsonl"))
+            rows = read_metrics(self.ws.adapter(cap) / METRICS_FILE)
             total += rows[-1].rollouts_used if rows else 0
-        gate = self.path("gate_data/summary.json")
+        gate = self.ws.gate_summary
         return total + (GateData.read(gate).rollouts if gate.exists() else 0)
 
     # --- stages ---------------------------------------------------------------------------------
     def collect(self, c: View) -> dict[str, Any]:
         if c.target.results is not None:
-            from tracerl.envs.loading import load_rollouts
-
             trajectories = load_rollouts(c.target.results, tools=c.target.tools)
-            write_jsonl(self.path("rollouts/base.jsonl"), trajectories)
+            write_jsonl(self.ws.base_rollouts, trajectories)
         else:
-            from tracerl.envs.collect import run_collect
-
             with _progress(self.console, "collect", c.collect.tasks) as bar:
                 trajectories = run_collect(self.target_env(c, "train"),
                                            lambda: self.policy(c, temperature=c.collect.temperature, seed=c.seed),
-                                           c.collect, self.path("rollouts/base.jsonl"), split="train",
-                                           batch_size=c.rollout.batch_size, on_done=bar.advance).trajectories
+                                           c.collect, self.ws.base_rollouts, split="train", rollout_settings=c.rollout,
+                                           on_done=bar.advance).trajectories
         passed = sum(t.passed for t in trajectories)
         return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
 
     def select(self, c: View) -> dict[str, Any]:
-        from tracerl.selection.stage import progress_steps, run_select
-
-        trajectories = read_jsonl(self.path("rollouts/base.jsonl"), Trajectory)
+        trajectories = read_jsonl(self.ws.base_rollouts, Trajectory)
         with _progress(self.console, f"select ({c.select.labeler})", progress_steps(c.select, len(trajectories))) as bar:
-            result = run_select(trajectories, c.select, seed=c.seed, out_dir=self.ws, llm=_llm_config(c),
+            result = run_select(trajectories, c.select, seed=c.seed, out_dir=self.ws.root, llm=_llm_config(c),
                                 on_step=bar.advance)
         return {"selected": [x.name for x in result.document.selected()]}
 
     def synthesize(self, c: View) -> dict[str, Any]:
-        from tracerl.synthesis.stage import run_synthesize
-        from tracerl.synthesis.target import load_target
-
         cfg = c.synthesize
         if c.target.env.startswith("tau2:") and c.target.tools is None:  # the live domain states its own tools
-            from tracerl.synthesis.target import target_from_live_env
-
-            played = read_jsonl(self.path("rollouts/base.jsonl"), Trajectory)
+            played = read_jsonl(self.ws.base_rollouts, Trajectory)
             target = target_from_live_env(self.target_env(c, "train")(), played)
         else:
             target = load_target(c.target.tools or c.target.env)
         llm = None
         if cfg.generator == "llm":
-            from openai import OpenAI
-
             a = c.analysis
             llm = (OpenAI(base_url=a.base_url, api_key=os.environ.get(a.api_key_env, "EMPTY")), a.model)
 
@@ -298,24 +296,20 @@ class StageFunctions:
                 self.console.print(f"[yellow]{outcome.capability}: no environment ({outcome.error})[/]")
 
         with _progress(self.console, "calibrate (episodes, all capabilities and rounds)", None) as bar:
-            run = run_synthesize(self.path("capabilities.json"), target, self.path("envs"), cfg,
+            run = run_synthesize(self.ws.capabilities, target, self.ws.envs, cfg,
                                  make_policy=lambda: self.policy(c, temperature=cfg.temperature, seed=c.seed),
                                  policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens},
                                  llm=llm, on_episode=bar.advance, on_outcome=no_env)
         return {"environments": run.index.built()}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
-        from tracerl.training.stage import TrainEnv
+        env = TrainEnv.resolve(self.ws.env(capability))
+        env.source = self.ws.rel(self.ws.env(capability))  # workspace-relative: a moved workspace resumes its runs
+        return self._train_adapter(c, env, self.ws.adapter(capability), label=capability)
 
-        env = TrainEnv.resolve(self.path(f"envs/{capability}"))
-        env.source = f"envs/{capability}"  # workspace-relative: a moved workspace resumes its runs
-        return self._train_adapter(c, env, self.path(f"adapters/{capability}"), label=capability)
-
-    def _train_adapter(self, c: View, env: Any, out: Path, *, label: str,
+    def _train_adapter(self, c: View, env: TrainEnv, out: Path, *, label: str,
                        max_rollouts: int | None = None) -> dict[str, Any]:
-        """`run_train` on `env` (a `TrainEnv`) into `out`, with this stage's config."""
-        from tracerl.training.stage import run_train
-
+        """`run_train` on `env` into `out`, with this stage's config."""
         cfg = train_config(c.train, c.rollout, c.seed)
         if max_rollouts is not None:
             cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
@@ -329,74 +323,66 @@ class StageFunctions:
         return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
 
     def compose(self, c: View) -> dict[str, Any]:
-        from tracerl.composition.stage import ComposeInputs, fits_target_openings, run_compose, summary, target_lacking
-
         caps = self.trained_envs(c.train_rejected)
         selected = {cap.name: cap.definition() for cap in self.selected()}
-        inputs = ComposeInputs(base=c.model.base, adapters=[self.path(f"adapters/{cap}") for cap in caps],
+        inputs = ComposeInputs(base=c.model.base, adapters=[self.ws.adapter(cap) for cap in caps],
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
-                               envs={cap: self.path(f"envs/{cap}") for cap in caps},
-                               target=target_lacking(self.path("rollouts/base.jsonl"), self.path("."), caps)
+                               envs={cap: self.ws.env(cap) for cap in caps},
+                               target=target_lacking(self.ws.base_rollouts, self.ws.root, caps)
                                if fits_target_openings(c.compose) else [])
-        run = run_compose(inputs, c.compose, {m: self.path(COMPOSED_DIRS[m]) for m in c.compose.modes}, seed=c.seed,
-                          names=TRACE_VARIANTS, gate_dir=self.path("gate_data"), batch_size=c.rollout.batch_size,
+        run = run_compose(inputs, c.compose, {m: self.ws.composed(m) for m in c.compose.modes}, seed=c.seed,
+                          names={m: COMPOSITION_MODES[m].variant for m in c.compose.modes}, gate_dir=self.ws.gate_data,
+                          rollout_settings=c.rollout,
                           make_policy=lambda: self.policy(c, temperature=c.rollout.temperature, seed=c.seed + 1,
                                                           adapters=dict(zip(caps, inputs.adapters))))
-        return summary(run)
+        return compose_summary(run)
 
     def grpo_target(self, c: View) -> dict[str, Any]:
-        from tracerl.training.stage import TrainEnv
-
         env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
                        make_eval=self.target_env(c, "test"))
-        return self._train_adapter(c, env, self.path("baselines/grpo_target"), label="grpo_target",
+        return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
                                    max_rollouts=self.trace_rollouts(c))
 
     def curve(self, c: View) -> dict[str, Any]:
-        from tracerl.evaluation.curve import CurveInputs, run_curve
-
-        mode = trace_mode(c.compose.modes)
-        gate = self.path("gate_data/summary.json")
-        inputs = CurveInputs(variant=TRACE_VARIANTS[mode], composed=self.path(COMPOSED_DIRS[mode]),
-                             adapters={cap: self.path(f"adapters/{cap}") for cap in self.trained_envs(c.train_rejected)},
-                             gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0)
+        mode = COMPOSITION_MODES[trace_mode(c.compose.modes)]
+        gate = self.ws.gate_summary
+        cfg = train_config(c.train, c.rollout, c.seed)
+        inputs = CurveInputs(variant=mode.variant, composed=self.ws.composed(mode.name),
+                             adapters={cap: self.ws.adapter(cap) for cap in self.trained_envs(c.train_rejected)},
+                             gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0,
+                             seeds=cfg.heldout_seeds())
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
-            curve = run_curve(inputs, train_config(c.train, c.rollout, c.seed), self.target_env(c, "test"), self.path("curve"),
+            curve = run_curve(inputs, c.rollout, self.target_env(c, "test"), self.ws.curve, seed=cfg.seed,
                               on_done=bar.advance)
         return {"points": [[p.rollouts, p.success] for p in curve.points], "note": curve.note}
 
     def evaluate(self, c: View, variant: str) -> dict[str, Any]:
-        from tracerl.evaluation.stage import run_evaluate
-
         played = self.eval_variant(c, variant)
         if played.composed is not None and c.model.server_url:
-            from tracerl.evaluation.served import LOCAL_NOTE
-
             self.console.print(f"[yellow]{LOCAL_NOTE.format(variant=variant, url=c.model.server_url)}[/]", highlight=False)
         make_env = self.target_env(c, "test")
-        base_path = self.path("eval/base.json")
+        base_path = self.ws.eval_result("base")
+        selected = [x.name for x in self.selected()]
         with _progress(self.console, f"eval {variant}", c.eval.tasks * c.eval.trials) as bar:
-            result = run_evaluate(played, make_env, c.eval, self.path("eval"), seed=c.seed, rollout=c.rollout,
+            result = run_evaluate(played, make_env, c.eval, self.ws.eval, seed=c.seed, rollout=c.rollout,
                                   make_policy=lambda temperature, adapters: self._eval_policy(c, make_env, temperature,
                                                                                               adapters),
-                                  capabilities=[x.name for x in self.selected()],
+                                  count_failures=lambda trajectories: failures_by_capability(trajectories, selected),
                                   base=EvalResult.read(base_path) if variant != "base" and base_path.exists() else None,
                                   tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance)
         return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used}
 
     def eval_variant(self, c: View, variant: str) -> EvalVariant:
         """What plays as `variant` in this workspace, and the rollouts its training consumed."""
-        if variant.startswith("trace_"):
-            mode = next(m for m, v in TRACE_VARIANTS.items() if v == variant)
-            return EvalVariant(variant, composed=self.path(COMPOSED_DIRS[mode]), rollouts_used=self.trace_rollouts(c))
+        mode = composition_mode_of_variant(variant)
+        if mode is not None:
+            return EvalVariant(variant, composed=self.ws.composed(mode.name), rollouts_used=self.trace_rollouts(c))
         if variant == "grpo_target" or variant.startswith("adapter:"):
             name = variant.split(":", 1)[-1]
-            folder = self.path("baselines/grpo_target" if variant == "grpo_target" else f"adapters/{name}")
+            folder = self.ws.baseline("grpo_target") if variant == "grpo_target" else self.ws.adapter(name)
             return EvalVariant(variant, adapters={name: folder},
-                               rollouts_used=read_metrics(folder / "metrics.jsonl")[-1].rollouts_used)
+                               rollouts_used=read_metrics(folder / METRICS_FILE)[-1].rollouts_used)
         if variant == "prompt_capabilities":
-            from tracerl.evaluation.evaluate import capability_note
-
             return EvalVariant(variant, note=capability_note(self.selected()))
         return EvalVariant(variant)
 
@@ -406,29 +392,23 @@ class StageFunctions:
         the adapter hot-swapped and checked there and unloaded after (`tracerl.evaluation.served`)."""
         if not c.model.server_url:
             return nullcontext(self.policy(c, temperature=temperature, seed=c.seed, adapters=adapters))
-        from tracerl.evaluation.served import served_policy
-
         adapter = next(iter(adapters), None)
         return served_policy(c.model.server_url, c.model.base, make_env,
                              adapter=(adapter, adapters[adapter]) if adapter else None, temperature=temperature,
                              seed=c.seed, max_new_tokens=c.rollout.max_new_tokens, batch_size=c.rollout.batch_size,
-                             served_dir=self.path(".served_adapters"), api_key=os.environ.get("OPENAI_API_KEY"))
+                             served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"))
 
     def report(self, c: View) -> dict[str, Any]:
-        from tracerl.evaluation.report import build_report
-
-        report = build_report(self.ws)
+        report = build_report(self.ws.root)
         return {"html": str(report.html_path)}
 
 
 def trace_mode(modes: list[str]) -> str:
-    """The composition mode whose variant is the report's TRACE: the first of `TRACE_VARIANTS` composed."""
-    return next(m for m in TRACE_VARIANTS if m in modes)
+    """The composition mode whose variant is the report's TRACE: the first of `COMPOSITION_MODES` composed."""
+    return next(m for m in COMPOSITION_MODES if m in modes)
 
 
-def _llm_config(c: View):
-    from tracerl.selection.llm import LLMConfig
-
+def _llm_config(c: View) -> LLMConfig:
     a = c.analysis
     return LLMConfig(base_url=a.base_url, model=a.model, api_key=os.environ.get(a.api_key_env))
 
@@ -437,8 +417,6 @@ class _progress:
     """A rich progress bar: `with _progress(console, label, total) as bar: … bar.advance() / bar.update(n)`."""
 
     def __init__(self, console: Console, label: str, total: int | None):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         self.progress = Progress(TextColumn(f"[bold]{label}[/]"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=console, transient=False)
         self.task = self.progress.add_task(label, total=total)

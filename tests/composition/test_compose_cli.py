@@ -13,9 +13,9 @@ from transformers import AutoModelForCausalLM
 
 from tracerl.cli import main
 from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
-from tracerl.composition.artifact import load_composed
+from tracerl.models.composed.artifact import load_composed
 from tracerl.composition.build import split_heldout
-from tracerl.composition.policy import ComposedPolicy
+from tracerl.models.composed.policy import ComposedPolicy
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl, write_jsonl
 from tracerl.core.messages import Message
@@ -57,7 +57,8 @@ def compose_cli(root, base_dir, adapters, out, *extra):
 def test_compose_moe_writes_a_loadable_directory(workspace, capsys):
     root, base_dir, adapters, tokenizer = workspace
     out = root / "composed-moe"
-    assert compose_cli(root, base_dir, adapters, out, "--mode", "moe", "--max-steps", "40", "--learning-rate", "0.05", "--json") == 0
+    assert compose_cli(root, base_dir, adapters, out, "--mode", "moe", "--moe-routing", "token", "--max-steps", "40",
+                       "--learning-rate", "0.05", "--json") == 0
     printed = json.loads(capsys.readouterr().out)
     spec = json.loads((out / "composition.json").read_text())
     assert printed == spec
@@ -141,13 +142,13 @@ def test_serve_a_composed_model_over_the_openai_api(workspace, mode):
     (a moe composition routed at the opening routes each request from its prompt's opening)."""
     from fastapi.testclient import TestClient
 
-    from tracerl.composition.policy import composed_server_policy
+    from tracerl.models.composed.policy import composed_server_policy
     from tracerl.serve.app import create_app
     from tracerl.serve.engine import Engine
 
     root, base_dir, adapters, _ = workspace
     out = root / f"served-{mode}"
-    options = ["--mode", "moe", "--moe-routing", "opening"] if mode == "moe-opening" else ["--mode", mode]
+    options = {"moe-opening": ["--mode", "moe"], "moe": ["--mode", "moe", "--moe-routing", "token"]}.get(mode, ["--mode", mode])
     assert compose_cli(root, base_dir, adapters, out, *options, "--max-steps", "2", "--name", f"trace-{mode}") == 0
     assert json.loads((out / "composition.json").read_text())["moe_routing"] == {"moe": "token", "moe-opening": "opening"}.get(mode)
     policy, name = composed_server_policy(str(out), "cpu", "raw_logprobs", None, [])
@@ -174,7 +175,7 @@ def test_router_proxy_in_front_of_a_one_lora_per_request_server(workspace):
     (here `tracerl serve` with the adapters loaded by name, as vLLM's --lora-modules would)."""
     from fastapi.testclient import TestClient
 
-    from tracerl.composition.proxy import create_router_proxy
+    from tracerl.serve.proxy import create_router_proxy
     from tracerl.serve.server import ServerThread
 
     root, base_dir, adapters, tokenizer = workspace
@@ -201,7 +202,7 @@ def test_compose_fits_the_opening_gates_to_the_target_openings_the_selection_lab
     """`--target-rollouts` with the selection's capabilities.json (n = k = 1) and its labels/ beside
     it: each failed rollout that lacked an adapter's capability joins the fit; a passed one, or one
     that lacked none of them, does not."""
-    from tracerl.selection.labels import LabelRun, PairLabel, TrajectoryLabels
+    from tracerl.contracts import LabelRun, PairLabel, TrajectoryLabels
 
     root, base_dir, adapters, _ = workspace
     selection = root / "selection"
@@ -227,7 +228,7 @@ def test_compose_fits_the_opening_gates_to_the_target_openings_the_selection_lab
     assert json.loads((out / "composition.json").read_text())["gate_training"]["target_openings"] == 3  # t0, t1, t4
     capsys.readouterr()
     never = root / "never-target"
-    assert compose(never, *capabilities, "--mode", "moe") == 2
+    assert compose(never, *capabilities, "--mode", "moe", "--moe-routing", "token") == 2
     assert "fits only the gates of --mode moe --moe-routing opening" in capsys.readouterr().err
     assert compose(never, "--mode", "moe", "--moe-routing", "opening") == 2
     assert "--target-rollouts needs --capabilities" in capsys.readouterr().err

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from composition_helpers import toy_tokenizer
 
-from tracerl.composition.examples import examples_from_trajectories, prompt_example, trajectory_example
+from tracerl.composition.examples import examples_from_trajectories, trajectory_example
+
+from tracerl.models.composed.examples import prompt_example
 from tracerl.core.errors import InputError
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.trajectory import Trajectory

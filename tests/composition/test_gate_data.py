@@ -8,7 +8,7 @@ from tracerl.composition.stage import GATE_SEED_OFFSET, ComposeConfig, needs_gat
 from tracerl.contracts import EnvSpec, GateData, GateKept
 from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.synthesis.envdir import write_env_dir
+from tracerl.envs.synthetic.envdir import write_env_dir
 from tracerl.synthesis.scripted import NoisyOraclePolicy
 from tracerl.synthesis.target import load_target
 
@@ -52,6 +52,6 @@ def test_openings_only_plays_nothing(tmp_path):
 
 
 def test_only_moe_routed_per_token_needs_rollouts():
-    assert needs_gate_rollouts(ComposeConfig(modes=["moe", "router"]))
-    assert not needs_gate_rollouts(ComposeConfig(modes=["moe", "router"], moe_routing="opening"))
+    assert needs_gate_rollouts(ComposeConfig(modes=["moe", "router"], moe_routing="token"))
+    assert not needs_gate_rollouts(ComposeConfig(modes=["moe", "router"]))  # routed at the opening by default
     assert not needs_gate_rollouts(ComposeConfig(modes=["router", "merge"]))

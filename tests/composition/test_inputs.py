@@ -10,9 +10,9 @@ from composition_helpers import make_adapter, tiny_model
 from contract_cases import capabilities_file
 from safetensors.torch import load_file, save_file
 
-from tracerl.composition.adapters import load_adapter
+from tracerl.models.composed.adapters import load_adapter
 from tracerl.composition.build import capabilities_for
-from tracerl.composition.composed import compose
+from tracerl.models.composed.composition import compose
 from tracerl.contracts import Capability
 from tracerl.core.errors import InputError
 

@@ -9,11 +9,11 @@ import torch
 from composition_helpers import make_adapter, tiny_model
 from peft import PeftModel
 
-from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import compose, gate_parameter_count
-from tracerl.composition.accuracy import prompt_slot
-from tracerl.composition.examples import GateExample
-from tracerl.composition.layers import GatedLoRALinear
+from tracerl.models.composed.adapters import load_adapter
+from tracerl.models.composed.composition import compose, gate_parameter_count
+from tracerl.models.composed.composition import prompt_slot
+from tracerl.models.composed.examples import GateExample
+from tracerl.models.composed.layers import GatedLoRALinear
 from tracerl.composition.training import GateTrainingConfig, train_gates
 from tracerl.models.generation import _forward_signature
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 from composition_helpers import two_adapters
 
-from tracerl.composition.accuracy import LabelledPrompt, predicted_slots
-from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import compose
-from tracerl.composition.examples import opening_example_from_ids, prompt_example
-from tracerl.composition.policy import ComposedPolicy
+from tracerl.models.composed.composition import LabelledPrompt, predicted_slots
+from tracerl.models.composed.adapters import load_adapter
+from tracerl.models.composed.composition import compose
+from tracerl.models.composed.examples import opening_example_from_ids, prompt_example
+from tracerl.models.composed.policy import ComposedPolicy
 from tracerl.contracts import Capability
 from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
@@ -26,12 +26,16 @@ REQUESTS = ["cancel my reservation please", "look up the order status", "which s
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
-    base, tokenizer, dirs = two_adapters(tmp_path_factory)
+def parts(tmp_path_factory):
+    return two_adapters(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def setup(parts):
+    base, tokenizer, dirs = parts
     model = copy.deepcopy(base)
-    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="moe", gate_init_std=1.0, seed=3)
-    composition.moe_routing = "opening"
-    composition.tokenizer = tokenizer
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="moe", gate_init_std=1.0, seed=3,
+                          moe_routing="opening", tokenizer=tokenizer)
     return model, composition, tokenizer
 
 
@@ -99,7 +103,7 @@ def test_the_policy_routes_each_session_once_on_its_opening(setup):
     assert sessions[0].info["routing"] == routing
 
 
-def test_without_weights_the_gates_route_each_token(setup):
+def test_without_weights_the_gates_route_each_token(setup, parts):
     model, composition, _ = setup
     ids = torch.randint(0, 50, (1, 5), generator=torch.Generator().manual_seed(0))
     weights = torch.tensor([[0.0, 1.0, 0.0]])
@@ -108,11 +112,9 @@ def test_without_weights_the_gates_route_each_token(setup):
     with torch.no_grad(), composition.routing() as call:  # without weights the gates route each token
         model(ids)
     assert all(s.shape == (1, 5) for s in call.slots)
-    composition.moe_routing = "token"
-    try:
-        assert composition.weights_for([conversation("cancel it", False)]) is None
-    finally:
-        composition.moe_routing = "opening"
+    base, _, dirs = parts
+    per_token = compose(copy.deepcopy(base), [load_adapter(d) for d in dirs], CAPS)
+    assert per_token.weights_for([conversation("cancel it", False)]) is None
 
 
 def test_the_gates_fitted_to_the_openings_route_held_out_openings(setup):

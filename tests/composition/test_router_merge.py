@@ -11,11 +11,11 @@ from composition_helpers import two_adapters
 from peft import PeftModel
 from safetensors.torch import load_file
 
-from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import compose, top1_weights, top_p_weights
+from tracerl.models.composed.adapters import load_adapter
+from tracerl.models.composed.composition import compose, top1_weights, top_p_weights
 from tracerl.contracts import Capability
-from tracerl.composition.merge import merge_adapters
-from tracerl.composition.router import TaskRouter, route_names
+from tracerl.models.composed.merge import merge_adapters
+from tracerl.models.composed.router import TaskRouter, route_names
 from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.models.generation import _forward_signature
@@ -74,8 +74,7 @@ def test_top1_and_top_p_weights_by_hand():
 def test_router_mode_serves_the_chosen_adapter_per_sequence(setup):
     base, tokenizer, dirs = setup
     model = copy.deepcopy(base)
-    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="router")
-    composition.router = TaskRouter(model, tokenizer, CAPS)
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="router", tokenizer=tokenizer)
     composed = composition.composed_model
     weights = composition.weights_for([conversation("cancel my reservation please")])
     assert weights.sum().item() == 1 and weights.max().item() == 1
@@ -120,11 +119,11 @@ def test_merge_equals_w_plus_weighted_sum_of_scaled_lora_products_exactly(setup)
 
 
 def test_merged_weights_match_the_low_rank_merge_mode(setup):
-    base, _, dirs = setup
+    base, tokenizer, dirs = setup
     adapters = [load_adapter(d) for d in dirs]
     merged = merge_adapters(copy.deepcopy(base), adapters, [0.7, 0.3])
     model = copy.deepcopy(base)
-    composition = compose(model, adapters, CAPS, mode="merge")
+    composition = compose(model, adapters, CAPS, mode="merge", tokenizer=tokenizer)
     ids = torch.randint(0, 64, (1, 7), generator=torch.Generator().manual_seed(1))
     with torch.no_grad(), composition.routing(torch.tensor([[0.0, 0.7, 0.3]])):
         assert torch.allclose(model(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
@@ -138,9 +137,7 @@ def test_per_call_weights_follow_the_rows_through_the_kv_cache(setup):
 
     base, tokenizer, dirs = setup
     model = copy.deepcopy(base)
-    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge")
-    composition.router = TaskRouter(model, tokenizer, CAPS)
-    composition.top_p = 1.0
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge", tokenizer=tokenizer, top_p=1.0)
     composed = composition.composed_model
     chat = ChatFormat(tokenizer)
     conversations = [conversation("cancel my reservation please"), conversation("look up the order status"), conversation("hello")]
@@ -178,15 +175,13 @@ def test_per_call_weights_follow_the_rows_through_the_kv_cache(setup):
 def test_composed_policy_routes_server_requests_from_their_prompt_ids(setup):
     """Requests that arrive without weights (the OpenAI server's) are routed from their prompts, also
     when the batched sampler prefills a long shared system prompt once; rows finish at different times."""
-    from tracerl.composition.policy import ComposedPolicy
+    from tracerl.models.composed.policy import ComposedPolicy
     from tracerl.models.chat import ChatFormat
     from tracerl.models.generation import GenerationRequest, generate
 
     base, tokenizer, dirs = setup
     model = copy.deepcopy(base)
-    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge")
-    composition.router = TaskRouter(model, tokenizer, CAPS)
-    composition.top_p = 1.0
+    composition = compose(model, [load_adapter(d) for d in dirs], CAPS, mode="merge", tokenizer=tokenizer, top_p=1.0)
     policy = ComposedPolicy(model, tokenizer, temperature=0.0)
     chat = ChatFormat(tokenizer)
     system = "You are a support agent for an airline. Follow the policy strictly and verify every precondition. " * 2

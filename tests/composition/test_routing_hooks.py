@@ -11,12 +11,11 @@ import torch
 from composition_helpers import two_adapters
 from torch.nn.modules import module as torch_module
 
-from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import compose
+from tracerl.models.composed.adapters import load_adapter
+from tracerl.models.composed.composition import compose
 from tracerl.contracts import Capability
-from tracerl.composition.layers import GatedLoRALinear
-from tracerl.composition.policy import ComposedPolicy
-from tracerl.composition.router import TaskRouter
+from tracerl.models.composed.layers import GatedLoRALinear
+from tracerl.models.composed.policy import ComposedPolicy
 from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.models.chat import ChatFormat, first_user_turn
@@ -35,9 +34,7 @@ def setup(tmp_path_factory):
 def composed_of(setup, mode):
     base, tokenizer, adapters = setup
     model = copy.deepcopy(base)
-    composition = compose(model, adapters, CAPS, mode=mode, gate_init_std=1.0)
-    if mode != "moe":
-        composition.router = TaskRouter(model, tokenizer, CAPS)
+    composition = compose(model, adapters, CAPS, mode=mode, gate_init_std=1.0, tokenizer=tokenizer)
     return model, composition
 
 

@@ -2,7 +2,10 @@ import json
 
 import pytest
 
-from tracerl.core import Action, InputError, Message, ToolCall, Trajectory, load_tools_json
+from tracerl.core.errors import InputError
+from tracerl.core.messages import Action, Message, ToolCall
+from tracerl.core.tools import load_tools_json
+from tracerl.core.trajectory import Trajectory
 from tracerl.core.io import read_jsonl, write_jsonl
 from tracerl.core.trajectory import TokenRecord
 

@@ -12,7 +12,7 @@ from tracerl.envs.airline.policy import (
 )
 from tracerl.envs.airline.tasks import RESERVATION_ID
 from tracerl.envs.airline.tools import AirlineTools
-from tracerl.envs.airline.user import ScriptedUser
+from tracerl.envs.airline.user import airline_user
 
 from .test_airline_tools import _db
 
@@ -117,12 +117,12 @@ def test_every_rule_check_ends_in_its_requests_decision():
     assert checked > 100
 
 
-def test_a_hinted_episode_has_the_guidance_and_the_plain_opening_beside_it():
+def test_a_hinted_episode_has_the_guidance_and_nothing_else_differs():
     env = AirlineEnv()
     plain, _ = env.reset(seed=7)
     hinted, info = env.reset(seed=7, options={"hint": True})
     assert hinted[0].content == POLICY + "\n\n## Expert guidance\n" + HINT and hinted[1] == plain[1]
-    assert info["_prompt_without_hint"] == plain and info["_hint"] == HINT
+    assert env.hint(7) == HINT and info == env.reset(seed=7)[1]
     assert "_hint" not in env.reset(seed=7)[1]
 
 
@@ -198,7 +198,7 @@ def test_generated_tasks_are_consistent():
 def test_scripted_user_rules():
     single = _task_with(lambda t: t.task_kind == "cancel")
     multi = _task_with(lambda t: len(t.subtasks) == 2 and [s.kind for s in t.subtasks] == ["cancel", "bags"])
-    user = ScriptedUser.for_airline(single)
+    user = airline_user(single)
     rid, reason = single.subtasks[0].reservation_id, single.subtasks[0].reason
     assert user.opening() == f"Hi! I want to {single.subtasks[0].request}."
     assert user.reply("Please tell me your user id.") == (f"My user id is {single.user_id}.", False)
@@ -212,7 +212,7 @@ def test_scripted_user_rules():
     assert user.reply("Please tell me your next request.") == ("That is all. Goodbye.", True)
 
     cancel, bags = multi.subtasks
-    other = ScriptedUser.for_airline(multi)
+    other = airline_user(multi)
     assert other.opening() == f"Hi! I have 2 requests. First, I want to {cancel.request}."
     assert other.reply("Which reservation?") == (f"The reservation id is {cancel.reservation_id}.", False)
     assert other.reply("Which payment method should I use?") == (f"First, I want to {cancel.request}.", False)
@@ -284,8 +284,8 @@ def test_reset_info_and_truncation():
     env = AirlineEnv(max_turns=3)
     messages, info = env.reset(seed=5)
     assert [m.role for m in messages] == ["system", "user"] and messages[0].content == POLICY
-    assert {"task_id", "gold_actions", "communicate_info", "task_kind", "reasoning_args", "_task"} <= set(info)
-    assert env.oracle(5) == info["_task"].gold_actions
+    assert set(info) == {"task_id", "gold_actions", "communicate_info", "task_kind", "reasoning_args", "subtasks"}
+    assert [a.model_dump() for a in env.oracle(5)] == info["gold_actions"]
     for _ in range(3):
         _, reward, terminated, truncated, step_info = env.step(Message.assistant("Hmm."))
     assert truncated and not terminated and reward == 0.0 and step_info["termination"] == "max_turns"

@@ -35,7 +35,7 @@ def test_same_seed_gives_byte_identical_files(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, message", [
     (["--env", "nowhere"], "unknown environment 'nowhere'"),
-    (["--policy", "bogus"], "unknown policy 'bogus'"),
+    (["--policy", "bogus"], "bad policy spec 'bogus': not a reference policy of the airline domain"),
     (["--policy", "flawed:0.2,1.2"], "p2 = 1.2 is outside [0, 1]"),
     (["--policy", "flawed:a,b"], "must be numbers"),
     (["--split", "dev"], "unknown split 'dev' (expected one of train, test)"),

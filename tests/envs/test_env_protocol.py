@@ -4,7 +4,7 @@ from typing import Literal
 
 import pytest
 
-from tracerl.core import Message, ToolCall
+from tracerl.core.messages import Message, ToolCall
 from tracerl.envs.base import ToolEnv
 from tracerl.envs.runner import Episode, rollout
 from tracerl.envs.tools import Toolbox, ToolError, tool

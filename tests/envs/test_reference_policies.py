@@ -9,9 +9,16 @@ import pytest
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.envs.airline import AirlineEnv, generate_task, task_seeds
-from tracerl.envs.reference import DATE_QUESTION, FAULTS, PAYMENT_QUESTION, ScriptedAirlinePolicy
-from tracerl.envs.registry import POLICY_FACTORIES, make_env, make_policy
+from tracerl.envs.airline.reference import DATE_QUESTION, FAULTS, PAYMENT_QUESTION, ScriptedAirlinePolicy
+from tracerl.core.policy import Session
+from tracerl.envs.registry import make_env
 from tracerl.envs.runner import Episode, rollout
+from tracerl.models import factory
+
+
+def make_policy(spec: str, **options):
+    """A policy by spec, the airline's reference policies among them."""
+    return factory.make_policy(spec, make_env=lambda: make_env("airline"), **options)
 
 
 def _run(spec: str, seeds: list[int], seed: int = 0, batch_size: int = 64):
@@ -217,7 +224,7 @@ def test_corrupt_argument_makes_one_write_fail():
 def test_typos_change_one_character_of_the_same_kind():
     import random
 
-    from tracerl.envs.reference import _typo
+    from tracerl.envs.airline.reference import _typo
 
     rng = random.Random(0)
     for value in ("wren_amber", "raj_ahmed_837", "HAT996"):
@@ -251,17 +258,16 @@ def test_policy_specs(spec, rates):
 @pytest.mark.parametrize("spec, message", [
     ("flawed:1.5", "outside [0, 1]"), ("flawed:-0.1", "outside [0, 1]"), ("flawed:0.1,0.1,0.1,0.1,0.1", "at most 4"),
     ("flawed:x", "must be numbers"), ("flawed:nan", "outside [0, 1]"), ("oracle:1", "no parameters"),
-    ("gpt", "unknown policy"),
+    ("gpt", "not a reference policy of the airline domain"),
 ])
 def test_bad_policy_specs_are_input_errors(spec, message):
     with pytest.raises(InputError, match=message.replace("[", r"\[").replace("]", r"\]")):
         make_policy(spec)
 
 
-def test_policy_factories_leave_room_for_more():
-    assert {"oracle", "flawed"} <= set(POLICY_FACTORIES)
-    with pytest.raises(TypeError, match="_task"):
-        ScriptedAirlinePolicy().act([type("S", (), {"state": None, "info": {}})()])
+def test_scripted_policies_play_airline_tasks_only():
+    with pytest.raises(TypeError, match="airline environment's tasks"):
+        ScriptedAirlinePolicy().act([Session(messages=[], tools=[], info={"task_id": "other-7"}, seed=7)])
     assert json.loads(json.dumps(AirlineEnv().reset(seed=1)[1]["gold_actions"]))
 
 

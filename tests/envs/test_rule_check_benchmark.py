@@ -4,7 +4,8 @@ import importlib.util
 from pathlib import Path
 
 from tracerl.envs.airline import task_seeds
-from tracerl.envs.registry import make_env, make_policy
+from tracerl.envs.registry import make_env
+from tracerl.models.factory import make_policy
 from tracerl.envs.runner import Episode, rollout
 
 _spec = importlib.util.spec_from_file_location("rule_checks", Path(__file__).parents[2] / "benchmarks" / "rule_checks.py")
@@ -13,7 +14,7 @@ _spec.loader.exec_module(rule_checks)
 
 
 def _summary(spec: str, **kw) -> dict:
-    trajectories = rollout(lambda: make_env("airline", split="test"), make_policy(spec, **kw),
+    trajectories = rollout(lambda: make_env("airline", split="test"), make_policy(spec, make_env=lambda: make_env("airline"), **kw),
                            [Episode(seed=s) for s in task_seeds("test", 60)])
     return rule_checks.summary([row for t in trajectories for row in rule_checks.classify(t)])
 

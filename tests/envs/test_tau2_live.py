@@ -92,7 +92,7 @@ def replay(env, task_id: str, actions: list[dict]) -> tuple[float, str]:
 
 @pytest.mark.slow
 def test_live_mock_episodes_with_the_tiny_agent(tau2_python, tau2_data, served):
-    from tracerl.envs.registry import make_policy
+    from tracerl.models.factory import make_policy
     from tracerl.envs.runner import Episode, rollout
 
     def make():
@@ -142,7 +142,7 @@ def tau2_metrics(tau2_python: str, tau2_data: str, path: Path) -> dict:
 
 @pytest.mark.slow
 def test_results_file_is_read_by_tau2_and_pass_k_agrees(tau2_python, tau2_data, served, tmp_path):
-    from tracerl.envs.registry import make_policy
+    from tracerl.models.factory import make_policy
     from tracerl.envs.tau2_live import write_tau2_results
     from tracerl.evaluation.evaluate import play
     from tracerl.evaluation.stats import pass_hat_k, successes_by_task
@@ -317,7 +317,7 @@ def tau2_run(tau2_python: str, tau2_data: str, agent_url: str, agent: str, user_
 def test_tau2_run_grades_a_served_adapter_router_and_moe(retail_run, tau2_python, tau2_data, served, tmp_path):
     """`tau2 run --agent-llm openai/<name>` against `tracerl serve` serving what the loop made: one
     adapter (by its name), the task router and the token-level MoE (routing inside the endpoint)."""
-    from tracerl.composition.policy import composed_server_policy
+    from tracerl.models.composed.policy import composed_server_policy
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.serve.server import ServerThread
 

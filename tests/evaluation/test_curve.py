@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "training"))  # training_help
 from composition_helpers import make_adapter, save_base, tiny_model, toy_tokenizer
 from contract_cases import capabilities_file
 
-from tracerl.composition.artifact import GATES_FILE, ROUTER_HEAD_FILE, load_composed, read_spec, with_adapters
+from tracerl.models.composed.artifact import GATES_FILE, ROUTER_HEAD_FILE, load_composed, read_spec, with_adapters
 from tracerl.contracts import CurvePoint, MetricsRow
 from tracerl.core.errors import InputError
 from tracerl.evaluation.curve import curve_steps
@@ -165,8 +165,8 @@ def test_each_point_plays_grpos_held_out_episodes_greedily(composed, tmp_path):
     make_env = LetterEnv
     out = tmp_path / "curve"
     (out / "step_9").mkdir(parents=True)  # a previous run's point: gone
-    curve = run_curve(CurveInputs(variant="trace_moe", composed=root / "moe", adapters=runs, gate_rollouts=7),
-                      config, make_env, out)
+    curve = run_curve(CurveInputs(variant="trace_moe", composed=root / "moe", adapters=runs, gate_rollouts=7,
+                                  seeds=config.heldout_seeds()), config.rollout, make_env, out, seed=config.seed)
     # step 0: 0 + 0 + 7; step 3: 96 + 128 + 7 = 231; step 6 is the final composition (the eval stage's)
     assert [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 7, 3), (3, 231, 3)]
     assert TraceCurve.read(out / "curve.json") == curve
@@ -185,13 +185,15 @@ def test_each_point_plays_grpos_held_out_episodes_greedily(composed, tmp_path):
 
 def test_no_points_when_evaluation_is_off_or_no_snapshot_was_kept(tmp_path):
     from tracerl.contracts import TraceCurve
+    from tracerl.core.sampling import RolloutSettings
     from tracerl.evaluation.curve import CurveInputs, run_curve
     from tracerl.training.config import TrainConfig
 
     inputs = CurveInputs(variant="trace_moe", composed=tmp_path / "composed", adapters={"a": tmp_path / "a"},
-                         gate_rollouts=0)
-    curve = run_curve(inputs, TrainConfig(eval_episodes=0), lambda: None, tmp_path / "curve")
+                         gate_rollouts=0, seeds=[])
+    curve = run_curve(inputs, RolloutSettings(), lambda: None, tmp_path / "curve", seed=0)
     assert curve.points == [] and curve.note.startswith("train.eval_episodes is 0")
     assert TraceCurve.read(tmp_path / "curve" / "curve.json") == curve
-    curve = run_curve(inputs, TrainConfig(), lambda: None, tmp_path / "curve")
+    inputs.seeds = TrainConfig().heldout_seeds()
+    curve = run_curve(inputs, RolloutSettings(), lambda: None, tmp_path / "curve", seed=0)
     assert curve.points == [] and curve.note.startswith("no step before the last")

@@ -348,10 +348,10 @@ def test_a_live_targets_grader_is_recorded_and_shown(tmp_path):
     for i, t in enumerate(trajectories):
         t.info.update(source="tau2-live", tau2_version="1.0.1", reward_basis=["DB", "COMMUNICATE"][: 1 + i % 2],
                       user_simulator=user, judge=None)
-    result = summarize_variant("base", trajectories, rollouts_used=0, capabilities=[], bootstrap=100)
+    result = summarize_variant("base", trajectories, rollouts_used=0, bootstrap=100)
     assert result.grading.model_dump() == {"grader": "τ²-bench 1.0.1", "reward_basis": ["COMMUNICATE", "DB"],
                                            "user_simulator": user, "judge": None}
-    builtin = summarize_variant("base", [episode(TASKS[0], True)], rollouts_used=0, capabilities=[], bootstrap=100)
+    builtin = summarize_variant("base", [episode(TASKS[0], True)], rollouts_used=0, bootstrap=100)
     assert builtin.grading is None
     ws = make_workspace(tmp_path)
     base = EvalResult.read(ws / "eval" / "base.json")

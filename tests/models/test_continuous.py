@@ -179,10 +179,9 @@ def test_lockstep_where_continuous_does_not_apply(toy, tokenizer, model):
 
 @pytest.mark.parametrize("mode, moe_routing", [("moe", "opening"), ("moe", "token"), ("router", None)])
 def test_composed_model_records_equal_lockstep(toy, tokenizer, tmp_path, mode, moe_routing):
-    from tracerl.composition.adapters import load_adapter
-    from tracerl.composition.composed import compose
-    from tracerl.composition.policy import ComposedPolicy
-    from tracerl.composition.router import TaskRouter
+    from tracerl.models.composed.adapters import load_adapter
+    from tracerl.models.composed.composition import compose
+    from tracerl.models.composed.policy import ComposedPolicy
     from tracerl.contracts import Capability
     from tracerl.core.messages import Message
 
@@ -205,12 +204,8 @@ def test_composed_model_records_equal_lockstep(toy, tokenizer, tmp_path, mode, m
 
     def run(engine):
         model = toy.make_model(tokenizer)
-        composition = compose(model, [load_adapter(d) for d in dirs], caps, mode=mode, gate_init_std=1.0, seed=1)
-        composition.tokenizer = tokenizer
-        if moe_routing:
-            composition.moe_routing = moe_routing
-        else:
-            composition.router = TaskRouter(model, tokenizer, caps)
+        composition = compose(model, [load_adapter(d) for d in dirs], caps, mode=mode, gate_init_std=1.0, seed=1,
+                              tokenizer=tokenizer, moe_routing=moe_routing or "token")
         policy = ComposedPolicy(composition.composed_model, tokenizer, temperature=1.0, max_new_tokens=10, seed=1,
                                 engine=engine)
         assert (policy.turns(8) is not None) == (engine == "continuous")

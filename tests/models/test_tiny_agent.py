@@ -7,9 +7,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tracerl.core.policy import Session
 from tracerl.envs.airline import TEST_SEEDS
-from tracerl.envs.reference import GREETING
-from tracerl.envs.registry import make_env, make_policy
-from tracerl.models import TINY_AGENT_DIR
+from tracerl.envs.airline.reference import GREETING
+from tracerl.envs.registry import make_env
+from tracerl.models.factory import make_policy
+from tracerl.models.tiny_agent import TINY_AGENT_DIR
 from tracerl.models.chat import ChatFormat
 
 
@@ -64,7 +65,7 @@ def test_an_adapter_of_the_embedded_agent_records_its_alias_not_this_checkouts_p
     """An adapter trained here composes, loads and serves in any other installation of tracerl."""
     from peft import LoraConfig, get_peft_model
 
-    from tracerl.composition.adapters import same_base
+    from tracerl.models.composed.adapters import same_base
     from tracerl.models.local import load_model
 
     for reference in ("tiny-agent", str(TINY_AGENT_DIR)):

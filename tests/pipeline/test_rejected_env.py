@@ -127,7 +127,7 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     from contract_cases import capabilities_file
     from composition_helpers import make_adapter
 
-    from tracerl.composition.artifact import load_composed
+    from tracerl.models.composed.artifact import load_composed
     from tracerl.config import RunConfig
     from tracerl.models.local import load_model
     from tracerl.pipeline import SECTIONS

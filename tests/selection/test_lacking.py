@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tracerl.core.errors import InputError
-from tracerl.core.io import write_json
-from tracerl.selection.labels import LabelRun, PairLabel, TrajectoryLabels, lacking, read_runs
+from tracerl.contracts import LabelRun, PairLabel, TrajectoryLabels, Workspace, lacking_capabilities as lacking
 
 NAMES = ["precondition", "multi_step", "precision"]
 
@@ -39,11 +38,12 @@ def test_a_capability_is_lacking_where_k_of_the_n_runs_say_so():
 
 
 def test_the_runs_are_read_back_from_the_selection_folder(tmp_path):
+    ws = Workspace(tmp_path)
     for r in RUNS:
-        write_json(tmp_path / "labels" / f"run_{r.run:02d}.json", r.model_dump(mode="json"))
-    assert read_runs(tmp_path, 3) == RUNS
-    with pytest.raises(InputError, match="run_03.json: no labelling run 3"):
-        read_runs(tmp_path, 4)
-    (tmp_path / "labels" / "run_01.json").write_text('{"run": 1}')
-    with pytest.raises(InputError, match="run_01.json: not a labelling run"):
-        read_runs(tmp_path, 2)
+        r.write(ws.label_run(r.run))
+    assert [LabelRun.read(ws.label_run(r)) for r in range(3)] == RUNS
+    with pytest.raises(InputError, match="run_03.json: no such file"):
+        LabelRun.read(ws.label_run(3))
+    ws.label_run(1).write_text('{"run": 1}')
+    with pytest.raises(InputError, match="run_01.json: missing field"):
+        LabelRun.read(ws.label_run(1))

@@ -223,7 +223,7 @@ def test_remote_policy_reports_a_dead_endpoint(tokenizer):
 
 def test_the_shipped_agent_answers_with_a_tool_call_over_http():
     from tracerl.envs.airline import TEST_SEEDS
-    from tracerl.envs.reference import GREETING
+    from tracerl.envs.airline.reference import GREETING
     from tracerl.envs.registry import make_env
     from tracerl.models.local import load_model
 

@@ -8,7 +8,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # synthesis_cases (pytest runs with --import-mode=importlib)
 sys.path.insert(0, str(Path(__file__).parents[1]))  # contract_cases
 
-from tracerl.synthesis.target import Target, load_target
+from tracerl.envs.synthetic.target import Target
+
+from tracerl.synthesis.target import load_target
 
 TAU2_DATA = Path(__file__).resolve().parents[1] / "data" / "tau2"
 

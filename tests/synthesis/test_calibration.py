@@ -10,7 +10,7 @@ from tracerl.core.io import read_json
 from tracerl.synthesis.calibration import (
     calibrate, group_stats, judge, pass_at_k, rollout_groups,
 )
-from tracerl.synthesis.envdir import load_env_dir, load_env_spec, write_env_dir
+from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec, write_env_dir
 from tracerl.synthesis.scripted import NoisyOraclePolicy
 from tracerl.synthesis.synthesize import calibrate_env_dir
 
@@ -78,7 +78,7 @@ def test_judge_bands_and_direction():
 
 
 def test_rollout_groups_are_groups_of_one_seed(retail):
-    from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
+    from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
 
     groups = rollout_groups(lambda: MultiStepCompletionEnv(retail, difficulty=0), NoisyOraclePolicy(1.0), [3, 4], 3)
     assert groups == [[1.0] * 3, [1.0] * 3]
@@ -106,7 +106,7 @@ def test_difficulty_loop_moves_into_the_band(retail, tmp_path):
 
 
 def test_loop_stops_at_the_end_of_the_knob(retail):
-    from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
+    from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
 
     result = calibrate(lambda d: (lambda: MultiStepCompletionEnv(retail, difficulty=d)), NoisyOraclePolicy(1.0),
                        difficulty=3, seeds=range(3), group_size=2)
@@ -116,7 +116,7 @@ def test_loop_stops_at_the_end_of_the_knob(retail):
 
 def test_loop_stops_when_the_band_lies_between_two_steps(retail):
     # an env whose success only depends on the parity of the difficulty: too easy at even, too hard at odd
-    from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
+    from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
 
     policies = {0: NoisyOraclePolicy(1.0), 1: NoisyOraclePolicy(0.0)}
 

@@ -3,9 +3,9 @@
 import random
 
 from tracerl.core.tools import ToolSchema
-from tracerl.synthesis.checks import check_schema_fidelity, validate_env
-from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
-from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
+from tracerl.envs.synthetic.checks import check_schema_fidelity, validate_env
+from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
+from tracerl.envs.synthetic.templates.precondition import PreconditionVerificationEnv
 
 
 def _drifted(schema: ToolSchema, **changes) -> ToolSchema:

@@ -9,8 +9,8 @@ from contract_cases import capabilities_file
 from tracerl.cli import main
 from tracerl.contracts import EnvIndex
 from tracerl.core.io import read_json, write_json
-from tracerl.synthesis.checks import validate_env
-from tracerl.synthesis.envdir import load_env_dir, load_env_spec, load_target_json
+from tracerl.envs.synthetic.checks import validate_env
+from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec, load_target_json
 
 BUILTIN = ["precondition_verification", "multi_step_completion", "structured_data_reasoning", "tool_call_precision"]
 
@@ -101,7 +101,7 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
         (["synthesize", "--capabilities", str(renamed), "--target", retail.source, "--out", out],
          "renamed.json: missing field 'capabilities.0.cov_ci95' (and 1 more)"),
         (["synthesize", "--capabilities", str(caps), "--target", str(tmp_path / "x.json"), "--out", out],
-         "x.json: no such file (the target is 'airline' or a path to a tools.json)"),
+         "x.json: no such file (the target is an environment or a path to a tools.json)"),
         (["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", out, "--generator", "magic"],
          "field 'generator': Input should be 'template' or 'llm'"),
         (["calibrate", str(tmp_path / "nowhere"), "--model", "scripted:0.5"], "env.json: no such file"),

@@ -12,8 +12,8 @@ from openai import OpenAI
 from tracerl.cli import main
 from tracerl.contracts import EnvIndex
 from tracerl.core.io import read_json
-from tracerl.synthesis.checks import play
-from tracerl.synthesis.envdir import load_env_dir, load_env_spec
+from tracerl.envs.synthetic.checks import play
+from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec
 from tracerl.synthesis.llm import extract_code, generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
 

@@ -9,14 +9,14 @@ import pytest
 
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.envs.airline.policy import HINT
-from tracerl.synthesis.checks import play, validate_env
-from tracerl.synthesis.target import tool_families
-from tracerl.synthesis.templates import TEMPLATES, template_for
-from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
-from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
-from tracerl.synthesis.templates.precision import ToolCallPrecisionEnv
-from tracerl.synthesis.templates.structured import StructuredDataReasoningEnv
-from tracerl.synthesis.values import sample_arguments
+from tracerl.envs.synthetic.checks import play, validate_env
+from tracerl.envs.synthetic.target import Target, tool_families
+from tracerl.envs.synthetic.templates import TEMPLATES, template_for
+from tracerl.envs.synthetic.templates.precondition import PreconditionVerificationEnv
+from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
+from tracerl.envs.synthetic.templates.precision import ToolCallPrecisionEnv
+from tracerl.envs.synthetic.templates.structured import StructuredDataReasoningEnv
+from tracerl.envs.synthetic.values import sample_arguments
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
@@ -209,9 +209,8 @@ def test_hint_goes_into_system_prompt_and_is_strippable(retail):
     env = StructuredDataReasoningEnv(retail, difficulty=2)
     plain, _ = env.reset(seed=4)
     hinted, info = env.reset(seed=4, options={"hint": True})
-    assert info["_hint"] in hinted[0].content and info["_hint"] not in plain[0].content
-    assert info["_prompt_without_hint"] == plain
-    assert hinted[1] == plain[1]
+    assert env.hint(4) in hinted[0].content and env.hint(4) not in plain[0].content
+    assert hinted[1] == plain[1] and info == env.reset(seed=4)[1]
 
 
 def test_system_prompt_keeps_the_targets_format(airline, retail):
@@ -258,12 +257,13 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
     # a round trip through target.json keeps them; a tools.json target has none and answers as before
     from tracerl.contracts import TargetFile
 
-    assert TargetFile.of(airline).target().result_examples == airline.result_examples
+    assert Target.of_file(airline.file()).result_examples == airline.result_examples
     assert retail.result_examples is None
 
 
 def test_request_examples_keep_requests_that_name_their_record_and_say_every_value():
-    from tracerl.synthesis.target import fill_request, request_examples, request_parameters
+    from tracerl.envs.synthetic.target import fill_request, request_parameters
+    from tracerl.synthesis.target import request_examples
 
     cancel = {"name": "cancel_reservation", "arguments": {"reservation_id": "oak"}}
     bags = {"name": "update_reservation_baggages",
@@ -319,11 +319,11 @@ def test_airline_request_examples_are_its_users_requests_on_their_records(airlin
                                              or record["cabin"] == "business" or record["insurance"] == "yes" and covered)
 
     assert all(e["allowed"] == cancel_allowed(e) for e in examples)
-    assert TargetFile.of(airline).target().request_examples == airline.request_examples
-    assert TargetFile.of(airline).target().rules == airline.rules
-    data = TargetFile.of(airline).model_dump()
+    assert Target.of_file(airline.file()).request_examples == airline.request_examples
+    assert Target.of_file(airline.file()).rules == airline.rules
+    data = airline.file().model_dump()
     del data["request_examples"], data["rules"]  # a target.json written before they existed
-    assert TargetFile.model_validate(data).target().request_examples is None
+    assert Target.of_file(TargetFile.model_validate(data)).request_examples is None
 
 
 def test_multi_step_asks_the_targets_requests_on_their_records(airline):

@@ -3,8 +3,8 @@
 import random
 
 from tracerl.envs.airline.tasks import RESERVATION_ID
-from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
-from tracerl.synthesis.values import id_value, shaped_like, word_code
+from tracerl.envs.synthetic.templates.precondition import PreconditionVerificationEnv
+from tracerl.envs.synthetic.values import id_value, shaped_like, word_code
 
 
 def test_shaped_like_keeps_separators_and_redraws_digits_and_bare_codes():

@@ -96,7 +96,7 @@ def test_bad_config_value(base, tmp_path, capsys):
 
 def _env_dir(root, capability="precondition_verification", module_source=None):
     from tracerl.contracts import EnvSpec
-    from tracerl.synthesis.envdir import write_env_dir
+    from tracerl.envs.synthetic.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     spec = (EnvSpec(capability=capability, template=capability, target="airline") if module_source is None else
@@ -106,7 +106,7 @@ def _env_dir(root, capability="precondition_verification", module_source=None):
 
 FLAKY = '''import random
 from tracerl.synthesis.target import load_target
-from tracerl.synthesis.templates import TEMPLATES
+from tracerl.envs.synthetic.templates import TEMPLATES
 
 
 class Flaky(TEMPLATES["precondition_verification"]):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tracerl.core.errors import InputError
-from tracerl.pipeline_commands import single_process
+from tracerl.commands.run import single_process
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_CONFIG = ROOT / "configs" / "qwen3-8b-gpu.yaml"

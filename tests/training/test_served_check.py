@@ -13,7 +13,7 @@ from tracerl.core.errors import InputError
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.config import TrainConfig
 from tracerl.training.run import build_trainer
-from tracerl.training.served import TOLERANCE, ServedPolicyMismatch, max_difference
+from tracerl.models.served import TOLERANCE, ServedPolicyMismatch, max_difference
 
 CFG = TrainConfig(num_generations=2, groups_per_step=1, max_steps=1, learning_rate=5e-2, eval_episodes=0,
                   rollout={"max_new_tokens": 4, "temperature": 0.7}, lora={"r": 4, "lora_alpha": 8}, seed=1)

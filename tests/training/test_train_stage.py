@@ -17,7 +17,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.io import write_json, write_jsonl
 from tracerl.pipeline import Pipeline
 from tracerl.stages import fingerprint
-from tracerl.synthesis.envdir import env_digest, write_env_dir
+from tracerl.envs.synthetic.envdir import env_digest, write_env_dir
 from tracerl.synthesis.target import load_target
 
 CAP = "precondition_verification"

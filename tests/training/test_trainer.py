@@ -14,6 +14,7 @@ from letters_run import config as letters_config
 from training_helpers import LetterEnv, save_tiny_base
 from safetensors.torch import load_file
 
+from tracerl.contracts import adapter_snapshots
 from tracerl.models.chat import ChatFormat
 from tracerl.models.local import LocalPolicy
 from tracerl.training.config import TrainConfig
@@ -82,7 +83,7 @@ def test_each_evaluation_keeps_the_adapter_it_measured(base, tmp_path):
     out = tmp_path / "three"
     rows = build_trainer(small(max_steps=3, eval_steps=2), base, LetterEnv, out).train()
     assert [r["step"] for r in rows if "eval_success" in r] == [0, 2, 3]
-    kept = ckpt.snapshots(out)
+    kept = adapter_snapshots(out)
     assert list(kept) == [0, 2, 3]
     weights = {step: load_file(str(path / "adapter_model.safetensors")) for step, path in kept.items()}
     final = load_file(str(out / "adapter_model.safetensors"))
@@ -96,7 +97,7 @@ def test_each_evaluation_keeps_the_adapter_it_measured(base, tmp_path):
     shutil.copytree(kept[2], out / "snapshots" / "step_5")
     (out / "snapshots" / ".step_7.half").mkdir()
     build_trainer(small(max_steps=3, eval_steps=2), base, LetterEnv, out).train(resume=True)
-    assert list(ckpt.snapshots(out)) == [0, 2, 3]
+    assert list(adapter_snapshots(out)) == [0, 2, 3]
     assert sorted(p.name for p in (out / "snapshots").iterdir()) == ["step_0", "step_2", "step_3"]
 
 

@@ -110,7 +110,7 @@ def precondition_env(root: Path) -> Path:
     airline target's own reward is pass/fail, and with 2 groups of 8 both steps' groups were all
     constant (0 informative groups, 2026-12-01)."""
     from tracerl.contracts import EnvSpec
-    from tracerl.synthesis.envdir import write_env_dir
+    from tracerl.envs.synthetic.envdir import write_env_dir
     from tracerl.synthesis.target import load_target
 
     cap = "precondition_verification"
@@ -148,7 +148,7 @@ def test_served_check_catches_a_skipped_swap(vllm_server, tmp_path):
     """After each swap the server's log-probs equal the trainer's; a skipped swap stops training with an error."""
     from tracerl.training.config import TrainConfig
     from tracerl.training.run import build_trainer, resolve_env
-    from tracerl.training.served import TOLERANCE, ServedPolicyMismatch
+    from tracerl.models.served import TOLERANCE, ServedPolicyMismatch
     from tracerl.training import checkpoint as ckpt
 
     make_env, _, _ = resolve_env("airline")

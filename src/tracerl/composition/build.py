@@ -21,23 +21,25 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.composition.accuracy import prompts_from_trajectories, routing_accuracy
-from tracerl.composition.adapters import LoRAAdapter, load_adapter
-from tracerl.composition.artifact import load_base, save_composed, spec_for
-from tracerl.composition.composed import MODES, MOE_ROUTINGS, Composition, adapter_capability, compose
-from tracerl.composition.examples import examples_from_trajectories, lacking_example, prompt_example
+from tracerl.composition.examples import examples_from_trajectories, lacking_example
 from tracerl.composition.opening_fit import fit_gates_to_openings
-from tracerl.composition.router import TaskRouter, request_of
 from tracerl.composition.training import GateTrainingConfig, train_gates
 from tracerl.contracts import CapabilitiesFile, Capability, CompositionSpec
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
+from tracerl.models.composed.adapters import LoRAAdapter, load_adapter
+from tracerl.models.composed.artifact import save_composed, spec_for
+from tracerl.models.composed.composition import Composition, adapter_capability, compose
+from tracerl.models.composed.examples import prompt_example
+from tracerl.models.composed.router import request_of
+from tracerl.models.local import load_model
 
 
 @dataclass
 class ComposeOptions:
     mode: str = "moe"
-    moe_routing: str = "token"  # moe: route each token, or each episode from its opening (composed.MOE_ROUTINGS)
+    moe_routing: str = "token"  # moe: route each token, or each episode from its opening (contracts.MOE_ROUTINGS)
     capabilities_file: str | None = None  # a capabilities.json naming the adapters' capabilities
     capabilities: list[Capability] | None = None  # or the capabilities themselves (one per adapter, by name)
     trajectories: list[str] = field(default_factory=list)
@@ -123,10 +125,6 @@ def build_composition(
     loaded_base: tuple[Any, Any] | None = None,
 ) -> CompositionSpec:
     """Compose, train/measure, write `out`; returns the written composition.json contents."""
-    if options.mode not in MODES:
-        raise InputError(f"mode must be one of {', '.join(MODES)}, got {options.mode!r}")
-    if options.moe_routing not in MOE_ROUTINGS:
-        raise InputError(f"moe routing must be one of {', '.join(MOE_ROUTINGS)}, got {options.moe_routing!r}")
     if options.target and options.mode == "moe" and options.moe_routing != "opening":
         raise InputError("the target's openings fit only the gates of a moe routed at the opening")
     if not adapter_dirs:
@@ -134,13 +132,10 @@ def build_composition(
     adapters = [load_adapter(d) for d in adapter_dirs]
     capabilities = capabilities_for(adapters, options.capabilities_file, options.capabilities)
     trajectories = load_trajectories(options.trajectories, [c.name for c in capabilities])
-    model, tokenizer = loaded_base if loaded_base is not None else load_base(base)
-    composition = compose(model, adapters, capabilities, mode=options.mode, base_ref=base, seed=options.seed)  # type: ignore[arg-type]
-    composition.moe_routing = options.moe_routing  # type: ignore[assignment]
-    composition.tokenizer = tokenizer
-    if options.mode != "moe":
-        composition.router = TaskRouter(model, tokenizer, capabilities, labels=options.labels, template_kwargs=options.template_kwargs)
-        composition.top_p = options.top_p
+    model, tokenizer = loaded_base if loaded_base is not None else load_model(base)
+    composition = compose(model, adapters, capabilities, mode=options.mode, moe_routing=options.moe_routing,  # type: ignore[arg-type]
+                          tokenizer=tokenizer, router_labels=options.labels, template_kwargs=options.template_kwargs,
+                          top_p=options.top_p, name=options.model_name, base_ref=base, seed=options.seed)
     train, heldout = split_heldout(trajectories, options.heldout_fraction, options.seed)
     gate_summary = _train(composition, tokenizer, train, options, on_gate_log) if options.mode == "moe" else None
     router_fit = None

@@ -22,11 +22,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from tracerl.composition.composed import Composition
-from tracerl.composition.examples import GateExample
-from tracerl.composition.routing import rms_normalised
-from tracerl.composition.training import GateTrainingConfig, pad_batch
+from tracerl.composition.training import GateTrainingConfig
 from tracerl.core.errors import InputError
+from tracerl.models.composed.composition import Composition, rms_normalised
+from tracerl.models.composed.examples import GateExample, pad_batch
 
 RIDGE = 1e-3  # × mean squared gate weight: keeps the fit finite where the openings are separable
 

@@ -16,7 +16,6 @@ selection's labels: `target_lacking`), which costs no rollouts either.
 
 from __future__ import annotations
 
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,15 +23,28 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tracerl.composition.build import ComposeOptions, build_composition
 from tracerl.composition.examples import lm_kept
 from tracerl.composition.training import GateTrainingConfig
-from tracerl.contracts import CapabilitiesFile, Capability, CompositionSpec, GateData, GateKept
+from tracerl.contracts import (
+    CapabilitiesFile,
+    Capability,
+    CompositionSpec,
+    GateData,
+    GateKept,
+    LabelRun,
+    Workspace,
+    lacking_capabilities,
+)
 from tracerl.core.errors import InputError
+from tracerl.core.io import read_jsonl, write_jsonl
 from tracerl.core.policy import Policy
+from tracerl.core.sampling import RolloutSettings
 from tracerl.core.trajectory import Trajectory
+from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.synthetic.envdir import load_env_dir
 
-Mode = Literal["moe", "router", "merge"]
-MODES: tuple[str, ...] = typing.get_args(Mode)
+Mode = Literal["moe", "router", "merge"]  # `tracerl.contracts.COMPOSITION_MODES`
 GATE_SEED_OFFSET = 500_000  # gate-data episodes' seeds: apart from training's and evaluation's
 
 
@@ -47,8 +59,8 @@ class ComposeConfig(BaseModel):
     heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of those held out for routing accuracy")
     top_p: float = Field(0.9, gt=0, le=1, description="router: merge adapters until their α reach top_p")
     moe_routing: Literal["token", "opening"] = Field(
-        "token", description="moe: each token routes itself (token), or the gates' per-token majority over the "
-                             "episode's opening routes all of it (opening)")
+        "opening", description="moe: the gates' per-token majority over the episode's opening routes all of it "
+                               "(opening), or each token routes itself (token)")
     target_openings: bool = Field(
         True, description="moe routed at the opening: fit the gates also to the target's failed train-split "
                           "openings, each toward the trained capabilities the selection's labels found its episode "
@@ -88,17 +100,14 @@ def fits_target_openings(config: ComposeConfig) -> bool:
 
 
 def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], episodes: int, out_dir: Path, *,
-                   batch_size: int = 64, openings_only: bool = False) -> tuple[GateData, list[Path]]:
+                   rollout_settings: RolloutSettings = RolloutSettings(),
+                   openings_only: bool = False) -> tuple[GateData, list[Path]]:
     """`episodes` rollouts of each capability's adapter (loaded into `make_policy()`, built once when
     first needed, under the capability's name) on its environment, all to `out_dir/<capability>.jsonl`
     labelled with the capability (each opening trains the gates' label), and how many of them take the
     LM loss (`lm_kept`) to
     `out_dir/summary.json`. With `openings_only`, an environment whose opening holds the first user
     turn gives its openings instead (`env.reset` of the same seeds): no episode is played."""
-    from tracerl.core.io import write_jsonl
-    from tracerl.envs.runner import Episode, rollout
-    from tracerl.synthesis.envdir import load_env_dir
-
     paths, rollouts, kept = [], 0, {}
     policy: Policy | None = None
     for cap, env_dir in envs.items():
@@ -109,7 +118,8 @@ def roll_gate_data(envs: dict[str, Path], make_policy: Callable[[], Policy], epi
             kept[cap] = GateKept(trajectories=0, of=0, source="openings", openings=len(trajs))
         else:
             policy = policy or make_policy()
-            trajs = rollout(make_env, policy, [Episode(seed=s, adapter=cap) for s in seeds], batch_size=batch_size)
+            trajs = rollout(make_env, policy, [Episode(seed=s, adapter=cap) for s in seeds],
+                            batch_size=rollout_settings.batch_size)
             rollouts += len(trajs)
             good, source = lm_kept(trajs)
             kept[cap] = GateKept(trajectories=len(good), of=len(trajs), source=source)
@@ -125,11 +135,9 @@ def target_lacking(rollouts: Path, selection: Path, capabilities: list[str]) -> 
     """The failed target rollouts (the file the selection labelled) that lacked one of `capabilities`,
     each with info["lacking"]: those its labels in `selection/labels/` found lacking in K of N runs
     (K and N from `selection/capabilities.json`)."""
-    from tracerl.core.io import read_jsonl
-    from tracerl.selection.labels import lacking, read_runs
-
-    params = CapabilitiesFile.read(selection / "capabilities.json").params
-    by_task = lacking(read_runs(selection, params.n), capabilities, params.k)
+    folder = Workspace(selection)
+    params = CapabilitiesFile.read(folder.capabilities).params
+    by_task = lacking_capabilities([LabelRun.read(folder.label_run(r)) for r in range(params.n)], capabilities, params.k)
     return [t.model_copy(update={"info": {**t.info, "lacking": by_task[t.task_id]}})
             for t in read_jsonl(rollouts, Trajectory) if by_task.get(t.task_id)]
 
@@ -149,14 +157,12 @@ def openings(make_env: Callable[[], Any], seeds: list[int]) -> list[Trajectory] 
 
 def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Path], *, seed: int,
                 names: dict[str, str] | None = None, gate_dir: Path | None = None,
-                make_policy: Callable[[], Policy] | None = None, batch_size: int = 64,
+                make_policy: Callable[[], Policy] | None = None, rollout_settings: RolloutSettings = RolloutSettings(),
                 labels: list[str] | None = None, router_fit: bool = True,
                 on_gate_log: Callable[[dict], None] | None = None) -> ComposeRun:
     """Compose `inputs.adapters` in each of `config.modes` into `out[mode]` (served as `names[mode]`,
     default the folder's name). With `inputs.envs`, the gate data is first rolled out into `gate_dir`
     by `make_policy()` (the base with every adapter loaded under its capability's name)."""
-    from tracerl.composition.build import ComposeOptions, build_composition
-
     missing = [m for m in config.modes if m not in out]
     if missing:
         raise InputError(f"no output folder for mode {missing[0]!r}")
@@ -166,7 +172,7 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
             raise InputError("gate data is either given (trajectories) or rolled out (envs, gate_dir, make_policy)")
         rolled = needs_gate_rollouts(config)
         gate_data, trajectories = roll_gate_data(inputs.envs, make_policy, config.episodes_per_capability,
-                                                 gate_dir, batch_size=batch_size, openings_only=not rolled)
+                                                 gate_dir, rollout_settings=rollout_settings, openings_only=not rolled)
     specs = {}
     for mode in config.modes:
         options = ComposeOptions(

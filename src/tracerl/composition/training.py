@@ -26,10 +26,15 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from transformers import get_scheduler
 
-from tracerl.composition.composed import Composition
-from tracerl.composition.examples import GateExample
-from tracerl.composition.losses import expert_load, label_loss, load_balancing_loss, routing_entropy
+from tracerl.composition.losses import (
+    expert_load,
+    label_loss,
+    load_balancing_loss,
+    routing_entropy,
+)
 from tracerl.core.errors import InputError
+from tracerl.models.composed.composition import Composition
+from tracerl.models.composed.examples import GateExample, pad_batch
 
 
 class GateTrainingConfig(BaseModel):
@@ -51,22 +56,6 @@ class GateTrainingConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     logging_steps: int = Field(10, ge=1)
     seed: int = 0
-
-
-def pad_batch(examples: list[GateExample], pad_id: int = 0) -> dict[str, torch.Tensor]:
-    """Right-pad a batch: input_ids, attention_mask, loss_mask, label_mask (batch, seq) and slots (batch,)."""
-    length = max(len(e.input_ids) for e in examples)
-
-    def pad(rows: list[list[int]], value: int) -> torch.Tensor:
-        return torch.tensor([r + [value] * (length - len(r)) for r in rows], dtype=torch.long)
-
-    return {
-        "input_ids": pad([e.input_ids for e in examples], pad_id),
-        "attention_mask": pad([[1] * len(e.input_ids) for e in examples], 0),
-        "loss_mask": pad([e.loss_mask for e in examples], 0),
-        "label_mask": pad([e.label_mask for e in examples], 0),
-        "slots": torch.tensor([e.slot for e in examples], dtype=torch.long),
-    }
 
 
 def lm_loss(logits: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:

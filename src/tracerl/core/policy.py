@@ -20,7 +20,9 @@ from tracerl.core.trajectory import TokenRecord
 class Session:
     messages: list[Message]
     tools: list[ToolSchema]
-    info: dict[str, Any] = field(default_factory=dict)  # from env.reset, private keys included
+    info: dict[str, Any] = field(default_factory=dict)  # from env.reset
+    seed: int | None = None  # the episode's task seed
+    options: dict[str, Any] = field(default_factory=dict)  # the reset options (e.g. {"hint": True})
     adapter: str | None = None  # the LoRA adapter / composition to sample with; None = base model
     tokens: TokenRecord | None = None
     state: Any = None

@@ -8,8 +8,14 @@ wrong argument types) comes back as an "Error: …" tool message, never as an ex
 0.0 until the episode ends; `max_turns` assistant turns end a runaway episode (truncated, reward 0).
 
 `info` from reset carries `task_id` and, where the environment knows them, `gold_actions` and
-`communicate_info`. Keys starting with "_" (e.g. `_task`, for scripted reference policies, and
-`_prompt_without_hint`) are private: rollouts do not save them.
+`communicate_info` (`tracerl.core.trajectory.Trajectory` lists every key a trajectory may carry);
+rollouts save it whole. `options={"hint": True}` asks for the task's expert guidance
+(`hint(seed)`) in the system prompt; a reset of the same seed without it gives the same opening
+without the guidance, which is how a trainer strips it.
+
+Optional, where the environment can say them: `oracle(seed)` (the gold tool calls) and
+`user_requests(seed)` (the user's requests with the writes that serve them, and whether the
+domain's rules allow each) — synthesis reads a target's own requests from it.
 """
 
 from __future__ import annotations
@@ -17,11 +23,26 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from tracerl.core.messages import Action, Message
+from tracerl.core.policy import Policy
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.tools import Toolbox
 
 StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
+
+
+class UserRequest(BaseModel):
+    """One request of a task's user, as the domain's rules decide it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str  # the user's words, e.g. "cancel reservation rowan because of my health"
+    user_id: str | None  # the user's id, where the domain has users
+    record_id: str  # the id of the record the request is about
+    write: Action | None  # the write that serves it (where the rules forbid it: the write it would be)
+    allowed: bool  # whether the domain's rules allow it
 
 
 class Env(ABC):
@@ -49,6 +70,20 @@ class Env(ABC):
     def oracle(self, seed: int) -> list[Action]:
         """The gold tool-call sequence that solves the task of `seed` (optional)."""
         raise NotImplementedError(f"{type(self).__name__} has no oracle")
+
+    def hint(self, seed: int) -> str | None:
+        """The expert guidance of task `seed` that `reset(seed, options={"hint": True})` puts in the system
+        prompt: how to go about the task, never its answer; None when the environment has none."""
+        return None
+
+    def reference_policy(self, spec: str, seed: int = 0, **options: Any) -> Policy:
+        """A scripted policy of this domain by spec — e.g. 'oracle', 'flawed:…' (optional; `tracerl collect
+        --policy SPEC`). A spec the domain does not know raises ValueError."""
+        raise ValueError(f"{type(self).__name__} has no reference policies")
+
+    def user_requests(self, seed: int) -> list[UserRequest]:
+        """The requests of task `seed`'s user, each with its write and whether the rules allow it (optional)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its users' requests")
 
 
 class ToolEnv(Env):

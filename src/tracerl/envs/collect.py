@@ -15,7 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracerl.core.errors import InputError
 from tracerl.core.io import write_jsonl
 from tracerl.core.policy import Policy
+from tracerl.core.sampling import RolloutSettings
 from tracerl.core.trajectory import Trajectory
+from tracerl.envs.registry import make_env
+from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.tau2_live import write_tau2_results
 
 
 class CollectConfig(BaseModel):
@@ -28,8 +32,6 @@ class CollectConfig(BaseModel):
 
 def target_factory(env: str, split: str, settings: dict[str, Any] | None = None) -> Callable[[], Any]:
     """A factory of the target environment `env` on `split` (`settings`: a tau2:<domain> target's)."""
-    from tracerl.envs.registry import make_env
-
     return lambda: make_env(env, split=split, **(settings or {}))
 
 
@@ -48,20 +50,16 @@ class Collected:
 
 
 def run_collect(make_env: Callable[[], Any], make_policy: Callable[[], Policy], config: CollectConfig, out: Path, *,
-                split: str,
-                offset: int = 0, batch_size: int = 64, tau2_results: Path | None = None,
+                split: str, rollout_settings: RolloutSettings, offset: int = 0, tau2_results: Path | None = None,
                 on_done: Callable[[Trajectory], None] | None = None) -> Collected:
     """Play `make_policy()` (built at `config.temperature` by the caller, once the tasks are known to exist)
-    on `config.tasks` tasks of `split` after `offset`, `batch_size` episodes at once; write them to `out`
-    (and, for a τ²-bench target, its own results file `tau2_results`)."""
-    from tracerl.envs.runner import Episode, rollout
-
+    on `config.tasks` tasks of `split` after `offset`, `rollout_settings.batch_size` episodes at once; write
+    them to `out` (and, for a τ²-bench target, its own results file `tau2_results`)."""
     seeds = task_seeds(make_env, split, config.tasks, offset)
     policy = make_policy()
-    trajectories = rollout(make_env, policy, [Episode(seed=s) for s in seeds], batch_size=batch_size, on_done=on_done)
+    trajectories = rollout(make_env, policy, [Episode(seed=s) for s in seeds], batch_size=rollout_settings.batch_size,
+                           on_done=on_done)
     write_jsonl(out, trajectories)
     if tau2_results is not None:
-        from tracerl.envs.tau2_live import write_tau2_results
-
         write_tau2_results(tau2_results, make_env(), trajectories, agent=policy.name)
     return Collected(trajectories, policy.name)

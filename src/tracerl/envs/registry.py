@@ -1,89 +1,98 @@
-"""Factories by name: environments (`make_env`) and policies (`make_policy`).
+"""Environments by name: the built-in domains, installed packages' entry points, and any
+`package.module:factory` a user names.
 
-Policy specs are `NAME` or `NAME:ARGS`; the factory registered for NAME parses ARGS:
+    make_env("airline", split="test")             a built-in domain
+    make_env("tau2:retail", user={…})             τ²-bench's own domain, played live (`tracerl.envs.tau2_live`)
+    make_env("mypkg.envs:make_env", split="train")  a user's factory, imported by its module path
+    make_env("myenv")                             an entry point of the group `tracerl.envs` (an installed
+                                                  package's `[project.entry-points."tracerl.envs"]`)
 
-    oracle                       the airline oracle (passes every task)
-    flawed                       the oracle with planted faults, 0.25 each
-    flawed:p1[,p2[,p3[,p4]]]     … with these rates (missing ones are 0), each in [0, 1]
-    model[:PATH]                 a causal LM (default: the embedded tiny agent), greedy (tracerl.models.factory)
-    remote:URL[,URL…][#MODEL]    OpenAI-compatible servers (vLLM), greedy (tracerl.models.remote.remote_policy)
+A factory is called with the keyword options the caller gives (the pipeline gives `split`:
+"train", "test" or None) and must return an `Env`. `register_env(name, factory)` adds one by name
+from code. Every problem — an unknown name, a module that does not import, a factory that raises or
+returns something else — is one `InputError` line (exit code 2 from the CLI).
 
-Other stages add theirs with `register_policy` (e.g. 'model:PATH') and `register_env`.
-Bad names and arguments raise `InputError` (one line, exit code 2 from the CLI).
+This module is the one place that names particular domains.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from typing import Any
 
 from tracerl.core.errors import InputError
-from tracerl.core.policy import Policy
 from tracerl.envs.base import Env
+from tracerl.envs.tau2_live import make_tau2_env
 
 EnvFactory = Callable[..., Env]
-PolicyFactory = Callable[..., Policy]  # (spec, seed=…, **kw) -> Policy; raises ValueError on bad ARGS
-
-
-def _remote(spec: str, seed: int = 0, **kw: Any) -> Policy:
-    from tracerl.models.remote import remote_policy
-
-    return remote_policy(spec, seed=seed, **kw)
-
-
-def _airline(**kw: Any) -> Env:
-    from tracerl.envs.airline import AirlineEnv
-
-    return AirlineEnv(**kw)
-
-
-def _scripted(spec: str, seed: int = 0, **kw: Any) -> Policy:
-    from tracerl.envs.reference import scripted_policy_from_spec
-
-    return scripted_policy_from_spec(spec, seed=seed, **kw)
-
-
-def _model(spec: str, seed: int = 0, **kw: Any) -> Policy:
-    from tracerl.models.factory import model_policy  # 'model' (the embedded tiny agent) or 'model:PATH'
-
-    return model_policy(spec, seed=seed, **kw)
-
-
-ENV_FACTORIES: dict[str, EnvFactory] = {"airline": _airline}
-POLICY_FACTORIES: dict[str, PolicyFactory] = {"oracle": _scripted, "flawed": _scripted, "model": _model, "remote": _remote}
+ENTRY_POINT_GROUP = "tracerl.envs"
+# name -> "module:attribute" of its factory, imported when first made
+BUILTIN_ENVS: dict[str, str] = {"airline": "tracerl.envs.airline:AirlineEnv"}
+_REGISTERED: dict[str, EnvFactory] = {}
 
 
 def register_env(name: str, factory: EnvFactory) -> None:
-    ENV_FACTORIES[name] = factory
+    """Make `factory` available as `name` (e.g. in `target.env`) in this process."""
+    _REGISTERED[name] = factory
 
 
-def register_policy(name: str, factory: PolicyFactory) -> None:
-    """`factory(spec, seed=…, **kw)` gets the whole spec ('NAME:ARGS') and returns a Policy."""
-    POLICY_FACTORIES[name] = factory
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def make_env(name: str, **kw: Any) -> Env:
+def available_envs() -> dict[str, str]:
+    """Every environment name known here → where its factory comes from."""
+    found = {name: f"built in ({target})" for name, target in BUILTIN_ENVS.items()}
+    found.update({name: f"entry point {target}" for name, target in _entry_points().items()})
+    found.update({name: "registered in this process" for name in _REGISTERED})
+    found["tau2:<domain>"] = "τ²-bench's own domains, played live (needs τ²-bench: see the README)"
+    return found
+
+
+def _import_factory(target: str, spec: str) -> EnvFactory:
+    module_name, _, attribute = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise InputError(f"environment '{spec}': cannot import module '{module_name}' ({e})") from None
+    factory = module
+    for part in attribute.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise InputError(f"environment '{spec}': module '{module_name}' has no '{attribute}'")
+    if not callable(factory):
+        raise InputError(f"environment '{spec}': '{target}' is not callable")
+    return factory  # type: ignore[return-value]
+
+
+def env_factory(spec: str) -> EnvFactory:
+    """The factory a name or `module:factory` spec stands for."""
+    if spec in _REGISTERED:
+        return _REGISTERED[spec]
+    if spec in BUILTIN_ENVS:
+        return _import_factory(BUILTIN_ENVS[spec], spec)
+    points = _entry_points()
+    if spec in points:
+        return _import_factory(points[spec], spec)
+    if ":" in spec and not spec.startswith("tau2:"):
+        return _import_factory(spec, spec)
+    known = ", ".join(sorted(n for n in available_envs() if n != "tau2:<domain>"))
+    raise InputError(f"unknown environment '{spec}' (known: {known}, tau2:<domain>, or package.module:factory)")
+
+
+def make_env(spec: str, **options: Any) -> Env:
     """A new environment; e.g. `make_env('airline', split='test')`, `make_env('tau2:retail', user={…})`."""
-    if name.startswith("tau2:"):  # τ²-bench's own domains played live (tracerl.envs.tau2_live)
-        from tracerl.envs.tau2_live import make_tau2_env
-
-        return make_tau2_env(name.partition(":")[2], **kw)
-    factory = ENV_FACTORIES.get(name)
-    if factory is None:
-        raise InputError(f"unknown environment '{name}' (known: {', '.join(sorted(ENV_FACTORIES))})")
+    if spec.startswith("tau2:"):  # τ²-bench's own domains played live
+        return make_tau2_env(spec.partition(":")[2], **options)
+    factory = env_factory(spec)
     try:
-        return factory(**kw)
-    except (TypeError, ValueError) as e:
-        raise InputError(f"environment '{name}': {e}") from None
-
-
-def make_policy(spec: str, *, seed: int = 0, **kw: Any) -> Policy:
-    """A policy from its spec (see the module docstring); `seed` makes its choices reproducible."""
-    name = spec.partition(":")[0].strip()
-    factory = POLICY_FACTORIES.get(name)
-    if factory is None:
-        raise InputError(f"unknown policy '{spec}' (known: {', '.join(sorted(POLICY_FACTORIES))})")
-    try:
-        return factory(spec.strip(), seed=seed, **kw)
-    except ValueError as e:
-        raise InputError(f"bad policy spec '{spec}': {e}") from None
+        env = factory(**options)
+    except InputError:
+        raise
+    except Exception as e:  # a user's factory may raise anything: one line naming it
+        raise InputError(f"environment '{spec}': {type(e).__name__}: {e}") from None
+    if not isinstance(env, Env):
+        raise InputError(f"environment '{spec}': the factory returned {type(env).__name__}, not a tracerl.envs.base.Env")
+    return env

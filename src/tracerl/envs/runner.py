@@ -53,7 +53,7 @@ def rollout(
         sessions: dict[int, Session] = {}
         for i in chunk:
             messages, info = envs[i].reset(seed=episodes[i].seed, options=episodes[i].options)
-            sessions[i] = Session(messages=list(messages), tools=envs[i].tools, info=info, adapter=episodes[i].adapter)
+            sessions[i] = _session(envs[i], episodes[i], messages, info)
         active = list(chunk)
         while active:
             replies = policy.act([sessions[i] for i in active])
@@ -89,7 +89,7 @@ def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Seque
         while len(envs) < turns.max_rows and (i := next(upcoming, None)) is not None:
             envs[i] = make_env()
             messages, info = envs[i].reset(seed=episodes[i].seed, options=episodes[i].options)
-            sessions[i] = Session(messages=list(messages), tools=envs[i].tools, info=info, adapter=episodes[i].adapter)
+            sessions[i] = _session(envs[i], episodes[i], messages, info)
             turns.submit(i, sessions[i])
 
     admit()
@@ -109,8 +109,13 @@ def _rollout_continuous(make_env: Callable[[], Env], turns: Any, episodes: Seque
     return [r for r in results if r is not None]
 
 
+def _session(env: Env, episode: Episode, messages: list[Message], info: dict[str, Any]) -> Session:
+    return Session(messages=list(messages), tools=env.tools, info=info, seed=episode.seed, options=dict(episode.options),
+                   adapter=episode.adapter)
+
+
 def _trajectory(env: Env, episode: Episode, session: Session, reward: float, step_info: dict[str, Any]) -> Trajectory:
-    public = {k: v for k, v in session.info.items() if not k.startswith("_") and k != "task_id"}
+    public = {k: v for k, v in session.info.items() if k != "task_id"}
     public.update(step_info.get("trajectory_info") or {})  # what the environment records once the episode is over
     if episode.options.get("hint"):
         public["hint"] = True

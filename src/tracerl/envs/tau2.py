@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.core.errors import InputError
+from tracerl.core.io import read_json
 from tracerl.core.messages import Message, ToolCall, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
@@ -238,8 +239,6 @@ def _line_of(text: str, sim_id: Any) -> int | None:
 
 def read_tau2_results(path: str | Path, tools: list[ToolSchema] | None = None) -> list[Trajectory]:
     """Read a τ²-bench results JSON file into trajectories."""
-    from tracerl.core.io import read_json
-
     path = Path(path)
     doc = read_json(path)
     if not is_tau2_results(doc):

@@ -36,7 +36,12 @@ try:
     logger.add(sys.stderr, level=os.environ.get("TRACERL_TAU2_LOG_LEVEL", "ERROR"))
     import tau2
     from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
-    from tau2.data_model.message import AssistantMessage, ToolCall, ToolMessage, UserMessage
+    from tau2.data_model.message import (
+        AssistantMessage,
+        ToolCall,
+        ToolMessage,
+        UserMessage,
+    )
     from tau2.data_model.simulation import TerminationReason
     from tau2.data_model.tasks import RewardType
     from tau2.environment.toolkit import get_tool_types
@@ -252,7 +257,13 @@ def domain_info(req: dict[str, Any]) -> dict[str, Any]:
 def results(req: dict[str, Any]) -> dict[str, Any]:
     """A τ²-bench results document (its own `Results` model) of finished simulations, as `tau2 run`
     writes one: the tasks played, each simulation with its trial number, who played the agent and the user."""
-    from tau2.data_model.simulation import AgentInfo, Info, Results, SimulationRun, UserInfo
+    from tau2.data_model.simulation import (
+        AgentInfo,
+        Info,
+        Results,
+        SimulationRun,
+        UserInfo,
+    )
 
     domain = req["domain"]
     tasks = tasks_of(domain)

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text
 from tracerl.core.messages import Action, Message
@@ -50,7 +51,6 @@ PREMATURE = {"max_steps", "timeout"}
 
 class Endpoint(BaseModel):
     """An OpenAI-compatible chat endpoint (vLLM, `tracerl serve`, a hosted API)."""
-
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(description="the served model name")
@@ -89,7 +89,6 @@ class Tau2Settings(BaseModel):
 
 class Bridge:
     """One τ²-bench process; requests are answered in order (a lock makes it thread-safe)."""
-
     def __init__(self, python: str, data_dir: str | None):
         env = dict(os.environ)
         env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches a price list at import otherwise
@@ -145,7 +144,6 @@ class Bridge:
 
 class Tau2Error(RuntimeError):
     """An error τ²-bench's process reported."""
-
 
 _BRIDGES: dict[tuple[str, str | None], Bridge] = {}
 _CHECKED: set[str] = set()
@@ -220,7 +218,6 @@ def check_endpoint(role: str, endpoint: Endpoint) -> None:
 class Tau2Env(Env):
     """One τ²-bench domain as a tracerl `Env`; `reset(seed)` plays task `task_ids[seed % n]`
     (or `options["task_id"]`), with `seed` as τ²-bench's simulation seed."""
-
     def __init__(self, domain: str, split: str | None, settings: Tau2Settings):
         self.settings = settings
         self.bridge = bridge_for(find_python(settings.python), settings.data_dir)
@@ -382,8 +379,6 @@ def make_tau2_env(domain: str, split: str | None = None, **settings: Any) -> Tau
 
 def load_tau2_settings(path: str | Path) -> dict[str, Any]:
     """A YAML file of `Tau2Settings` (a run config's `target.tau2`), checked; relative paths are the file's."""
-    from tracerl.core.config_file import load_config_file
-
     settings = load_config_file(Tau2Settings, path)
     here = Path(path).resolve().parent
     for key in ("python", "data_dir"):

@@ -20,7 +20,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -29,7 +29,6 @@ from tracerl.core.tools import ToolKind, ToolSchema
 
 class ToolError(Exception):
     """Raised by a tool for a domain error (unknown id, not allowed): becomes 'Error: <message>'."""
-
 
 def tool(kind: ToolKind) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,7 +88,6 @@ def _derive(fn: Callable[..., Any], kind: ToolKind) -> tuple[type[BaseModel], To
 
 class BoundTool:
     """One tool: its schema, its argument model, and the function that runs it."""
-
     def __init__(self, fn: Callable[..., Any], kind: ToolKind):
         self.fn = fn
         self.kind = kind
@@ -103,7 +101,6 @@ class BoundTool:
 
 class Toolbox:
     """A set of tools bound to one state (a database). Subclass and mark methods with @tool."""
-
     def __init__(self) -> None:
         self._tools: dict[str, BoundTool] = {}
         for name in dir(type(self)):
@@ -178,7 +175,6 @@ def _object_model(name: str, spec: dict[str, Any], defs: dict[str, Any], cache: 
 
 
 def _annotation(spec: dict[str, Any], defs: dict[str, Any], cache: dict[str, Any], name: str) -> Any:
-    from typing import Literal, Union
 
     if "$ref" in spec:
         ref = spec["$ref"].split("/")[-1]
@@ -215,7 +211,6 @@ class SchemaTool:
 
     The handler receives the validated arguments as keyword arguments (nested objects as dicts).
     """
-
     def __init__(self, schema: ToolSchema, handler: Callable[..., Any]):
         self.schema = schema
         self.kind = schema.kind

@@ -25,9 +25,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracerl.contracts import CurvePoint, MetricsRow, TraceCurve, read_metrics
+from tracerl.contracts import (
+    METRICS_FILE,
+    CurvePoint,
+    MetricsRow,
+    TraceCurve,
+    adapter_snapshots,
+    read_metrics,
+)
+from tracerl.core.io import write_jsonl
+from tracerl.core.sampling import RolloutSettings
 from tracerl.core.trajectory import Trajectory
-from tracerl.training.config import TrainConfig
+from tracerl.envs.runner import Episode, rollout
+from tracerl.models.composed.artifact import load_composed, with_adapters
+from tracerl.models.composed.policy import ComposedPolicy
 
 CURVE_FILE = "curve.json"
 
@@ -38,6 +49,7 @@ class CurveInputs:
     composed: Path  # its composed directory
     adapters: dict[str, Path]  # capability → its training folder (metrics.jsonl, snapshots/)
     gate_rollouts: int  # rollouts the gate data played (gate_data/summary.json)
+    seeds: list[int]  # the held-out episodes every point plays (GRPO-on-target's evaluation episodes)
 
 
 def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Iterable[int]],
@@ -60,16 +72,10 @@ def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Itera
     return points
 
 
-def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], Any], out: Path, *,
-              on_done: Callable[[Trajectory], None] | None = None) -> TraceCurve:
-    """Measure each point of `curve_steps` (module docstring) on `make_env` (the target's test split) with
-    `config`'s held-out seeds, greedy, and write `out/curve.json`, `out/step_<n>/` and `out/step_<n>.jsonl`."""
-    from tracerl.composition.artifact import load_composed, with_adapters
-    from tracerl.composition.policy import ComposedPolicy
-    from tracerl.core.io import write_jsonl
-    from tracerl.envs.runner import Episode, rollout
-    from tracerl.training.checkpoint import snapshots
-
+def run_curve(inputs: CurveInputs, rollout_settings: RolloutSettings, make_env: Callable[[], Any], out: Path, *,
+              seed: int, on_done: Callable[[Trajectory], None] | None = None) -> TraceCurve:
+    """Measure each point of `curve_steps` (module docstring) on `make_env` at `inputs.seeds`, greedy, and
+    write `out/curve.json`, `out/step_<n>/` and `out/step_<n>.jsonl`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("step_*"):  # a previous run's points: this run measures its own
@@ -77,12 +83,12 @@ def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], A
             shutil.rmtree(stale)
         else:
             stale.unlink()
-    kept = {name: snapshots(folder) for name, folder in inputs.adapters.items()}
-    metrics = {name: sorted(read_metrics(folder / "metrics.jsonl"), key=lambda r: r.step)
+    kept = {name: adapter_snapshots(folder) for name, folder in inputs.adapters.items()}
+    metrics = {name: sorted(read_metrics(folder / METRICS_FILE), key=lambda r: r.step)
                for name, folder in inputs.adapters.items()}
-    steps = curve_steps(metrics, kept, inputs.gate_rollouts) if config.eval_episodes > 0 else []
+    steps = curve_steps(metrics, kept, inputs.gate_rollouts) if inputs.seeds else []
     note = None
-    if config.eval_episodes == 0:
+    if not inputs.seeds:
         note = "train.eval_episodes is 0: GRPO's held-out evaluation is off, and so are these points"
     elif not steps:
         note = "no step before the last at which every adapter logged an evaluation and kept its snapshot"
@@ -90,13 +96,13 @@ def run_curve(inputs: CurveInputs, config: TrainConfig, make_env: Callable[[], A
     for step, used in steps:
         folder = out / f"step_{step}"
         with_adapters(inputs.composed, {name: kept[name][step] for name in inputs.adapters}, folder)
-        policy = ComposedPolicy(load_composed(folder), temperature=0.0, seed=config.seed,
-                                max_new_tokens=config.rollout.max_new_tokens, max_batch_size=config.rollout.batch_size)
-        played = rollout(make_env, policy, [Episode(seed=s) for s in config.heldout_seeds()],
-                         batch_size=config.rollout.batch_size, on_done=on_done)
+        policy = ComposedPolicy(load_composed(folder), temperature=0.0, seed=seed,
+                                max_new_tokens=rollout_settings.max_new_tokens, max_batch_size=rollout_settings.batch_size)
+        played = rollout(make_env, policy, [Episode(seed=s) for s in inputs.seeds],
+                         batch_size=rollout_settings.batch_size, on_done=on_done)
         write_jsonl(out / f"step_{step}.jsonl", played)
         points.append(CurvePoint(step=step, rollouts=used, passed=sum(t.passed for t in played), episodes=len(played)))
     curve = TraceCurve(variant=inputs.variant, composed=os.path.relpath(inputs.composed, out),
-                       eval_seed_start=config.eval_seed_start, points=points, note=note)
+                       eval_seed_start=inputs.seeds[0] if inputs.seeds else 0, points=points, note=note)
     curve.write(out / CURVE_FILE)
     return curve

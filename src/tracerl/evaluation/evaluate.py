@@ -4,12 +4,11 @@ One variant = one policy (and adapter) played greedily on the first `tasks` test
 times each. The result file holds pass^1 with a 95% bootstrap interval over tasks, pass^k for
 k ≤ trials, the paired difference against the base model when its result is given, the rollouts
 the variant consumed in training, and which capabilities the rules labeller still finds LACKING
-in the failures.
+in the failures (counted by the function the caller gives: the rules labeller's, in a run).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 
 from tracerl.contracts import Capability, EvalResult, Grading
@@ -18,7 +17,13 @@ from tracerl.core.policy import Policy, Session
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env
 from tracerl.envs.runner import Episode, rollout
-from tracerl.evaluation.stats import bootstrap_mean, paired_difference, pass_hat_k, per_task_pass_rate, successes_by_task
+from tracerl.evaluation.stats import (
+    bootstrap_mean,
+    paired_difference,
+    pass_hat_k,
+    per_task_pass_rate,
+    successes_by_task,
+)
 
 
 def play(make_env: Callable[[], Env], policy: Policy, seeds: Sequence[int], *, trials: int = 1,
@@ -28,26 +33,14 @@ def play(make_env: Callable[[], Env], policy: Policy, seeds: Sequence[int], *, t
     return rollout(make_env, policy, episodes, batch_size=batch_size, on_done=on_done)
 
 
-def failures_by_capability(trajectories: Sequence[Trajectory], capabilities: Sequence[str]) -> dict[str, int]:
-    """How many failed trajectories the rules labeller marks LACKING for each capability."""
-    from tracerl.selection.catalogue import builtin_capabilities
-    from tracerl.selection.rules import RulesLabeller
-
-    known = {c.name: c for c in builtin_capabilities()}
-    caps = [known[name] for name in capabilities if name in known]
-    failed = [t for t in trajectories if not t.passed]
-    counts: Counter[str] = Counter({c.name: 0 for c in caps})
-    if failed and caps:
-        for labels in RulesLabeller().label(failed, caps, 0):
-            for name, label in labels.items():
-                counts[name] += int(label.label == "LACKING")
-    return dict(counts)
+FailureCounter = Callable[[Sequence[Trajectory]], dict[str, int]]
 
 
 def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollouts_used: int,
-                      capabilities: Sequence[str], base: EvalResult | None = None,
+                      count_failures: FailureCounter | None = None, base: EvalResult | None = None,
                       bootstrap: int = 2000, seed: int = 0) -> EvalResult:
-    """The `eval/<variant>.json` content."""
+    """The `eval/<variant>.json` content; `count_failures` counts, per selected capability, the failed
+    trajectories that lack it (the pipeline passes the rules labeller's count)."""
     per_task = per_task_pass_rate(trajectories)
     counts = list(successes_by_task(trajectories).values())
     trials = min(n for n, _ in counts) if counts else 0
@@ -62,7 +55,7 @@ def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollo
         n_tasks=len(per_task),
         trials=trials,
         mean_reward=sum(t.reward for t in trajectories) / max(1, len(trajectories)),
-        failures_by_capability=failures_by_capability(trajectories, capabilities),
+        failures_by_capability=count_failures(trajectories) if count_failures is not None else {},
         per_task=per_task,
         grading=grading_of(trajectories),
     )
@@ -89,10 +82,11 @@ class WithSystemNote:
         self.name = f"{inner.name}+note"
 
     def act(self, sessions: list[Session]) -> list[Message]:
+        suffix = f"\n\n{self.note}"
         for s in sessions:
-            if not s.info.get("_system_note") and s.messages and s.messages[0].role == "system":
-                s.messages[0] = s.messages[0].model_copy(update={"content": f"{s.messages[0].content}\n\n{self.note}"})
-                s.info["_system_note"] = True
+            system = s.messages[0] if s.messages and s.messages[0].role == "system" else None
+            if system is not None and not (system.content or "").endswith(suffix):
+                s.messages[0] = system.model_copy(update={"content": f"{system.content}{suffix}"})
         return self.inner.act(sessions)
 
 

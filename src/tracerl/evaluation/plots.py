@@ -13,9 +13,8 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tracerl.contracts import CapabilitiesFile, EvalResult
+from tracerl.contracts import CalibrationResult, CapabilitiesFile, EvalResult
 from tracerl.evaluation.report_data import TrainingCurve
-from tracerl.contracts import CalibrationResult
 
 COLORS = {
     "base": "#868e96",

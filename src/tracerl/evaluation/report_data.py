@@ -17,14 +17,32 @@ import yaml
 from pydantic import BaseModel, Field
 
 from tracerl.contracts import (
-    TRACE_VARIANTS, CalibrationResult, CapabilitiesFile, CompositionSpec, EvalResult, Example as ExampleSummary, Headline,
-    HeadlineEntry, MetricsRow, Outcome, ReportSummary, RolloutCount, SampleEfficiency, TraceCurve, TrainingFinal,
-    TrainingSummary, eval_file_stem, read_metrics,
+    COMPOSITION_MODES,
+    CalibrationResult,
+    CapabilitiesFile,
+    CompositionSpec,
+    EvalResult,
+    Headline,
+    HeadlineEntry,
+    Interval,
+    MetricsRow,
+    Outcome,
+    ReportSummary,
+    RolloutCount,
+    SampleEfficiency,
+    TraceCurve,
+    TrainingFinal,
+    TrainingSummary,
+    eval_file_stem,
+    read_metrics,
+)
+from tracerl.contracts import (
+    Example as ExampleSummary,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.stats import Interval, paired_difference
+from tracerl.evaluation.stats import paired_difference
 
 # Display order of the evaluation variants; `adapter:<capability>` ones go after the baselines.
 VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "adapter:", "trace_merge", "trace_router", "trace_moe")
@@ -256,7 +274,7 @@ def _read_evaluation(ws: Path, data: ReportData) -> None:
     if not data.evaluation:
         data.missing["evaluation"] = "no eval/<variant>.json: the eval stage has not run yet."
         return
-    data.trace_variant = next((v for v in TRACE_VARIANTS.values() if v in data.evaluation), None)
+    data.trace_variant = next((m.variant for m in COMPOSITION_MODES.values() if m.variant in data.evaluation), None)
     trace = data.evaluation.get(data.trace_variant) if data.trace_variant else None
     grpo = data.evaluation.get("grpo_target")
     if trace and grpo and set(trace.per_task) & set(grpo.per_task):

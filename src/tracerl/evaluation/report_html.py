@@ -9,12 +9,10 @@ import base64
 import html
 from collections.abc import Iterable
 
+from tracerl.contracts import CalibrationResult, CapabilityResult, EvalResult, Interval
 from tracerl.core.messages import Message
 from tracerl.core.trajectory import Trajectory
-from tracerl.contracts import CapabilityResult, EvalResult
 from tracerl.evaluation.report_data import ReportData, TrainingCurve, interval_text, pct
-from tracerl.evaluation.stats import Interval
-from tracerl.contracts import CalibrationResult
 
 TEXT_LIMIT = 600  # characters of a message shown before "… (+N characters)"
 ARGS_LIMIT = 300

@@ -1,8 +1,8 @@
 """Evaluation rollouts from OpenAI-compatible servers (`model.server_url`, `tracerl eval --server`).
 
-The evaluated adapter reaches the servers as training's do (`tracerl.training.backends.ServerBackend`:
+The evaluated adapter reaches the servers as training's do (`tracerl.models.served.ServerBackend`:
 a fresh copy of its files, unloaded then loaded on every server) and is checked as training checks
-it (`tracerl.training.served.ServedCheck`): before any episode each server must answer, serve the
+it (`tracerl.models.served.ServedCheck`): before any episode each server must answer, serve the
 run's base model and report the log-probs of the distribution it samples from; after the swap, the
 served adapter's next-token log-probs must equal those of the local model with the adapter on,
 within `TOLERANCE` nats — else one line, exit 2, and no episode is played. After the evaluation the
@@ -20,7 +20,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from peft import PeftModel
+
+from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
+from tracerl.models.chat import ChatFormat
+from tracerl.models.local import load_model
+from tracerl.models.served import ServedCheck, ServerBackend, probe_prompts
 
 LOCAL_NOTE = "{variant}: a composed model cannot be served by vLLM; evaluated in-process instead of on {url}"
 
@@ -33,17 +39,8 @@ def served_policy(server_url: str, base: str, make_env: Callable[[], Env], *, ad
 
     Sessions select the adapter by `name` (`Episode.adapter`); without one they get the base model.
     """
-    from tracerl.models.chat import ChatFormat
-    from tracerl.models.local import load_model
-    from tracerl.training.backends import ServerBackend
-    from tracerl.training.served import ServedCheck, probe_prompts
-
     model, tokenizer = load_model(base)
     if adapter is not None:
-        from peft import PeftModel
-
-        from tracerl.core.errors import InputError
-
         name, path = adapter
         if not (Path(path) / "adapter_config.json").exists():
             raise InputError("not a PEFT adapter directory (no adapter_config.json)", path=str(path))

@@ -17,8 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracerl.contracts import EvalResult, eval_file_stem
 from tracerl.core.io import write_jsonl
 from tracerl.core.policy import Policy
+from tracerl.core.sampling import RolloutSettings
 from tracerl.core.trajectory import Trajectory
-from tracerl.training.config import RolloutSettings
+from tracerl.envs.collect import task_seeds
+from tracerl.envs.tau2_live import write_tau2_results
+from tracerl.evaluation.evaluate import (
+    FailureCounter,
+    WithSystemNote,
+    play,
+    summarize_variant,
+)
+from tracerl.models.composed.artifact import load_composed
+from tracerl.models.composed.policy import ComposedPolicy
 
 
 class EvalConfig(BaseModel):
@@ -49,24 +59,18 @@ class EvalVariant:
 def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: EvalConfig, out_dir: Path, *,
                  seed: int, rollout: RolloutSettings,
                  make_policy: Callable[[float, dict[str, Path]], AbstractContextManager[Policy]],
-                 capabilities: list[str], base: EvalResult | None = None, tau2_results: bool = False,
-                 on_done: Callable[[Trajectory], None] | None = None) -> EvalResult:
+                 count_failures: FailureCounter | None = None, base: EvalResult | None = None,
+                 tau2_results: bool = False, on_done: Callable[[Trajectory], None] | None = None) -> EvalResult:
     """Play `variant` on the first `config.tasks` tasks of `make_env`'s split, `config.trials` times
     each, and write its files into `out_dir`. `make_policy(temperature, adapters)` is a context holding
-    the base policy with `adapters` loaded (local, or on servers); `capabilities` are the selected ones
-    (failures are counted by them); `base` is the base variant's result, for the paired difference."""
-    from tracerl.envs.collect import task_seeds
-    from tracerl.evaluation.evaluate import WithSystemNote, play, summarize_variant
-
+    the base policy with `adapters` loaded (local, or on servers); `count_failures` counts the failures
+    per selected capability; `base` is the base variant's result, for the paired difference."""
     if len(variant.adapters) > 1 or (variant.composed is not None and (variant.adapters or variant.note)):
         raise ValueError(f"variant {variant.name}: a composed model, or the base with at most one adapter")
     temperature = config.sampling_temperature()
     adapter = next(iter(variant.adapters), None)
     with ExitStack() as stack:
         if variant.composed is not None:
-            from tracerl.composition.artifact import load_composed
-            from tracerl.composition.policy import ComposedPolicy
-
             policy: Any = ComposedPolicy(load_composed(variant.composed), temperature=temperature, seed=seed,
                                          max_new_tokens=rollout.max_new_tokens, max_batch_size=rollout.batch_size)
         else:
@@ -77,12 +81,10 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
         trajectories = play(make_env, policy, seeds, trials=config.trials, adapter=adapter,
                             batch_size=rollout.batch_size, on_done=on_done)
     result = summarize_variant(variant.name, trajectories, rollouts_used=variant.rollouts_used,
-                               capabilities=capabilities, base=base, bootstrap=config.bootstrap, seed=seed)
+                               count_failures=count_failures, base=base, bootstrap=config.bootstrap, seed=seed)
     stem = eval_file_stem(variant.name)
     write_jsonl(out_dir / f"{stem}.jsonl", trajectories)
     if tau2_results:  # τ²-bench's own results file too, for its tools (`tau2 view`)
-        from tracerl.envs.tau2_live import write_tau2_results
-
         write_tau2_results(out_dir / "tau2" / f"{stem}.json", make_env(), trajectories, agent=variant.name)
     result.write(out_dir / f"{stem}.json")
     return result

@@ -7,15 +7,9 @@ from collections.abc import Sequence
 from math import comb
 
 import numpy as np
-from pydantic import BaseModel
 
+from tracerl.contracts import Interval
 from tracerl.core.trajectory import Trajectory
-
-
-class Interval(BaseModel):
-    mean: float
-    low: float
-    high: float
 
 
 def pass_hat_k(successes_per_task: Sequence[tuple[int, int]], k: int) -> float:

@@ -71,7 +71,7 @@ class AgentRecipe(BaseModel):
     seed: int = 0
     policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
     episodes: int = 4000
-    rule_check: bool = False  # the teacher says its rule check before deciding (see tracerl.envs.reference)
+    rule_check: bool = False  # the teacher says its rule check before deciding (see tracerl.envs.airline.reference)
     cite_values: bool = False  # … each answer after the values it reads (needs rule_check)
     hinted_share: float = 0.0  # demonstrations played with the domain's expert guidance, which the teacher follows
     vocab_size: int = 2048  # every id word one token, with or without its '_'
@@ -324,10 +324,11 @@ def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list
 
 
 def collect_demonstrations(recipe: AgentRecipe, seeds: range | list[int]) -> list[Trajectory]:
-    from tracerl.envs.registry import make_env, make_policy
+    from tracerl.envs.registry import make_env
     from tracerl.envs.runner import Episode, rollout
 
-    policy = make_policy(recipe.policy, seed=recipe.seed, rule_check=recipe.rule_check, cite_values=recipe.cite_values)
+    policy = make_env("airline").reference_policy(recipe.policy, seed=recipe.seed, rule_check=recipe.rule_check,
+                                                  cite_values=recipe.cite_values)
     rng = random.Random(f"tracerl-hinted-{recipe.seed}")
     episodes = [Episode(seed=s, options={"hint": True} if rng.random() < recipe.hinted_share else {}) for s in seeds]
     return rollout(lambda: make_env("airline", split="train"), policy, episodes)

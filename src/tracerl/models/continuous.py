@@ -40,8 +40,16 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache
 
+from tracerl.core.messages import Message
 from tracerl.models.generation import (
-    GenerationRequest, GenerationResult, LogprobsMode, _cache_layers, _forward_signature, _sample_rows, record_token, shared_prefix_length,
+    GenerationRequest,
+    GenerationResult,
+    LogprobsMode,
+    _cache_layers,
+    _forward_signature,
+    _sample_rows,
+    record_token,
+    shared_prefix_length,
 )
 
 MIN_CAPACITY = 256
@@ -66,7 +74,6 @@ class SlotCache(Cache):
     """Preallocated per-slot KV cache. Before each forward the sampler sets where every query's keys
     are written (`write_rows`, `write_pos`) and which slots the attention reads (`read_rows`, None =
     slots 0..batch-1) up to `read_len` positions."""
-
     def __init__(self, slots: int, limit: int):
         super().__init__(layers=[])
         self.slots = slots
@@ -133,7 +140,6 @@ class ContinuousSampler:
     """A running batch over one model. `add(key, request)` queues a turn of episode `key`; `step()`
     advances every turn by one token and returns `(key, result)` of those that ended;
     `release(key)` ends the episode. Requests' `past` and `keep_cache` are ignored (the slot is the cache)."""
-
     def __init__(self, model: torch.nn.Module, *, max_rows: int, pad_id: int = 0,
                  logprobs_mode: LogprobsMode = "raw_logprobs",
                  forward_kwargs: Callable[[list[Any]], dict[str, Any]] | None = None,
@@ -363,7 +369,6 @@ class PolicyTurns:
     the model, and each route). `submit(key, session)` queues the session's next turn (after the
     environment answered); `step()` returns `(key, assistant message)` of the turns that ended;
     `release(key)` when the episode is over. The records are those `LocalPolicy.act` writes."""
-
     def __init__(self, policy: Any, max_rows: int):
         self.policy = policy
         self.max_rows = max_rows
@@ -380,7 +385,6 @@ class PolicyTurns:
         return sum(s.forwards for s in self.samplers.values())
 
     def submit(self, key: Hashable, session: Any) -> None:
-        from tracerl.core.messages import Message
 
         p = self.policy
         ids = p.chat.prepare(session)

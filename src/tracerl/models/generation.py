@@ -30,14 +30,14 @@ same mode.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import inspect
-
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
 
@@ -175,7 +175,6 @@ def _run(model, requests, results, alive, pad_id, logprobs_mode, forward_kwargs,
 class PastKV:
     """One row's KV cache: per layer (keys, values) of shape [kv_heads, length, head_dim], covering
     the first `length` tokens of the sequence it was computed on."""
-
     length: int
     layers: list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -196,8 +195,6 @@ def _row_past(cache: Any, row: int, mask_row: torch.Tensor) -> PastKV:
 
 def _stack_pasts(pasts: list[PastKV | None], device: torch.device) -> tuple[Any, torch.Tensor]:
     """A batch cache from per-row caches, left-padded (mask 0) to the longest; rows without one are all padding."""
-    from transformers import DynamicCache
-
     reference = next(p for p in pasts if p is not None)
     longest = max(p.length for p in pasts if p is not None)
     mask = torch.zeros((len(pasts), longest), dtype=torch.long, device=device)

@@ -39,12 +39,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from peft import PeftConfig, PeftModel, set_peft_model_state_dict
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.core.policy import Session
 from tracerl.models.chat import ChatFormat, ChatState
+from tracerl.models.continuous import PolicyTurns, supports_continuous
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
+from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
 BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
 EMBEDDED_AGENT = "tiny-agent"  # the name adapters of the embedded agent record as their base
@@ -59,16 +64,12 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     passed over by a `LocalPolicy` session naming no adapter (that plays the base). Errors (missing
     path, not a model) are `InputError`s.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # our commands draw their own progress
     path = resolve_model_path(path_or_name)
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     adapter_config = Path(path) / "adapter_config.json"
     try:
         if adapter_config.exists():
-            from peft import PeftConfig, PeftModel
 
             base_path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
             base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
@@ -89,7 +90,6 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
 def resolve_model_path(path_or_name: str | Path) -> str:
     """The embedded agent's directory for "tiny-agent"/"tiny"; otherwise the argument unchanged."""
     if str(path_or_name) in (EMBEDDED_AGENT, "tiny", "tiny_agent"):
-        from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
         return str(TINY_AGENT_DIR)
     return str(path_or_name)
@@ -97,14 +97,11 @@ def resolve_model_path(path_or_name: str | Path) -> str:
 
 def is_embedded_agent(path: str | Path) -> bool:
     """Whether `path` is the embedded agent's directory in this installation."""
-    from tracerl.models.tiny_agent import TINY_AGENT_DIR
-
     return os.path.realpath(path) == os.path.realpath(TINY_AGENT_DIR)
 
 
 class LocalPolicy:
     """`tracerl.core.policy.Policy` over an in-process causal LM. See the module docstring."""
-
     # A class that declares this makes its act / _request / generate_requests ones the continuous
     # engine reproduces; a subclass that overrides them without declaring it samples in lockstep.
     samples_continuously: ClassVar[bool] = True
@@ -155,8 +152,6 @@ class LocalPolicy:
 
     def load_adapter(self, name: str, path: str | Path) -> None:
         """Load (or replace) the PEFT LoRA adapter `name` from a PEFT directory."""
-        from peft import PeftModel
-
         if name == BASE or name in self.routes:
             raise InputError(f"adapter name '{name}' is reserved")
         if not (Path(path) / "adapter_config.json").exists():
@@ -190,8 +185,6 @@ class LocalPolicy:
     def set_adapter_weights(self, name: str, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy LoRA weights (a PEFT adapter state dict, as `get_peft_model_state_dict` returns) into
         adapter `name` in place — for a trainer that keeps its own copy of the adapter."""
-        from peft import set_peft_model_state_dict
-
         if name not in getattr(self.model, "peft_config", {}):
             raise InputError(f"unknown adapter '{name}'")
         self._weights_version += 1
@@ -227,8 +220,6 @@ class LocalPolicy:
     def turns(self, max_rows: int) -> Any:
         """A continuous batch of up to `max_rows` live sessions for the runner, or None where this
         policy samples in lockstep (see the module docstring)."""
-        from tracerl.models.continuous import PolicyTurns, supports_continuous
-
         if self.engine != "continuous":
             return None
         cls = type(self)

@@ -51,16 +51,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
+from openai import OpenAI
+from transformers import AutoTokenizer
 
+from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.core.policy import Session
 from tracerl.models.chat import ChatFormat, ChatState
-from tracerl.models.local import session_seed
+from tracerl.models.local import resolve_model_path, session_seed
 
 
 class RemotePolicyError(RuntimeError):
     """The server refused a request (4xx) or kept failing after the retries."""
-
 
 class RemotePolicy:
     def __init__(
@@ -81,7 +84,6 @@ class RemotePolicy:
         name: str = "remote",
         engine: str = "continuous",
     ):
-        from openai import OpenAI
 
         if engine not in ("continuous", "lockstep"):
             raise ValueError(f"unknown engine '{engine}' (continuous or lockstep)")
@@ -138,8 +140,6 @@ class RemotePolicy:
 
     def _create(self, server: int, **request: Any) -> Any:
         """One `/v1/completions` call on server number `server`, token ids in and out."""
-        import openai
-
         extra_body = {"top_k": -1, "stop_token_ids": list(self.chat.stop_ids), "return_tokens_as_token_ids": True,
                       "return_token_ids": True, "skip_special_tokens": False}
         try:
@@ -236,10 +236,6 @@ def remote_policy(spec: str, seed: int = 0, *, temperature: float = 0.0, top_p: 
     tokenizer is loaded from the base model's `root` in /v1/models (vLLM: the `--model` path) unless
     `tokenizer` is given. Each server must answer and serve MODEL, else a one-line `InputError`.
     """
-    from transformers import AutoTokenizer
-
-    from tracerl.core.errors import InputError
-    from tracerl.models.local import resolve_model_path
 
     urls_text, _, model = spec.partition(":")[2].partition("#")
     try:
@@ -264,8 +260,6 @@ def remote_policy(spec: str, seed: int = 0, *, temperature: float = 0.0, top_p: 
 
 def served_models(url: str, api_key: str | None = None, timeout: float = 30.0) -> list[dict[str, Any]]:
     """GET URL/models; an unreachable server or a non-OpenAI answer is a one-line `InputError`."""
-    from tracerl.core.errors import InputError
-
     url = url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
@@ -337,7 +331,6 @@ class RemoteTurns:
     `max_concurrency` requests): `submit(key, session)` sends the session's next turn, `step()`
     waits for at least one reply and returns `(key, assistant message)` of every turn answered.
     A session's seeds depend on its number and turn only, so the episodes are those of `act`."""
-
     def __init__(self, policy: RemotePolicy, max_rows: int):
         self.policy = policy
         self.max_rows = max_rows

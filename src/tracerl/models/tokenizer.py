@@ -35,7 +35,12 @@ from collections.abc import Iterable
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tracerl.models.templates import END_OF_TURN, MARKUP_TOKENS, SPECIAL_TOKENS, TINY_AGENT_TEMPLATE
+from tracerl.models.templates import (
+    END_OF_TURN,
+    MARKUP_TOKENS,
+    SPECIAL_TOKENS,
+    TINY_AGENT_TEMPLATE,
+)
 
 # Qwen2/Qwen3 tokenizer.json's Split pattern, with `[^\r\n\p{L}\p{N}]?\p{L}+` (a word may take
 # the space before it) narrowed to `[^\s\p{L}\p{N}]?\p{L}+` (it may take a "_" or quote, not a space).

@@ -27,7 +27,6 @@ import numpy as np
 
 from tracerl.selection.labels import LACKING, NA, PRESENT
 
-
 # Thresholds are compared with this slack so that a value equal to ρ or δ in exact arithmetic
 # passes despite float rounding (0.3 − 0.1 = 0.19999999999999998 in binary floating point).
 TOLERANCE = 1e-9

@@ -17,6 +17,7 @@ from tracerl.contracts import Capability, Rubric
 from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error
 
+
 def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
     return Capability(name=name, description=description, rubric=Rubric(na=na, present=present, lacking=lacking), decoy=decoy)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tracerl.contracts import CAPABILITY_NAME, Capability, Rubric, default_rubric
 from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error
 from tracerl.core.trajectory import Trajectory
-from tracerl.contracts import CAPABILITY_NAME, Capability, Rubric, default_rubric
 from tracerl.selection.catalogue import merge_capabilities
 from tracerl.selection.llm import ChatClient, compact_trajectory
 

@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+import openai
+
+from tracerl.contracts import LABELS, Capability, PairLabel
 from tracerl.core.errors import InputError
 from tracerl.core.trajectory import Trajectory
-from tracerl.contracts import Capability
-from tracerl.selection.labels import LABELS, PairLabel
 
 T = TypeVar("T")
 
@@ -34,7 +35,6 @@ ARGS_LIMIT = 200
 class LLMConfig:
     """Endpoint and request settings. Unset base_url / model / api_key come from the environment:
     OPENAI_BASE_URL, TRACERL_LLM_MODEL (or OPENAI_MODEL), OPENAI_API_KEY ("EMPTY" for local servers)."""
-
     base_url: str | None = None
     model: str | None = None
     api_key: str | None = None
@@ -60,9 +60,7 @@ class LLMConfig:
 
 class ChatClient:
     """A thin wrapper over `openai.OpenAI` that returns validated JSON or a one-line problem."""
-
     def __init__(self, config: LLMConfig):
-        import openai
 
         self.config = config.resolved()
         self._client = openai.OpenAI(
@@ -72,8 +70,6 @@ class ChatClient:
     def json_reply(self, messages: list[dict[str, str]], seed: int, validate: Callable[[Any], T]) -> tuple[T | None, str | None]:
         """Ask until `validate(parsed JSON)` succeeds (at most 1 + max_retries requests, exponential
         backoff between them). Returns (value, None) or (None, the last problem)."""
-        import openai
-
         problem = None
         for attempt in range(self.config.max_retries + 1):
             if attempt:
@@ -187,7 +183,6 @@ capability naming the turn and tool call it rests on.
 Answer with one JSON object only, of the form
 {"labels": {"<capability name>": {"label": "NA" | "PRESENT" | "LACKING", "evidence": "<one line>"}, ...}}"""
 
-
 def capability_block(capabilities: list[Capability]) -> str:
     return "\n".join(
         f"- {c.name}: {c.description}\n  NA: {c.rubric.na}\n  PRESENT: {c.rubric.present}\n  LACKING: {c.rubric.lacking}"
@@ -216,7 +211,6 @@ def parse_labels(value: Any, names: list[str]) -> dict[str, PairLabel]:
 
 class LLMLabeller:
     """Labels every trajectory with one chat request per trajectory (all capabilities at once)."""
-
     name = "llm"
     deterministic = False
 

@@ -21,14 +21,14 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracerl.contracts import Capability, PairLabel
 from tracerl.core.messages import Action
 from tracerl.core.trajectory import Trajectory
-from tracerl.contracts import Capability
-from tracerl.selection.labels import PairLabel
+from tracerl.selection.catalogue import builtin_capabilities
 
 # Errors that mean the call itself was wrong (arguments, ids, names), not that the policy forbade it.
 INVALID_CALL_ERROR = re.compile(
@@ -384,3 +384,16 @@ class RulesLabeller:
                     row[cap.name] = PairLabel(label=label, evidence=evidence)  # type: ignore[arg-type]
             out.append(row)
         return out
+
+
+def failures_by_capability(trajectories: Sequence[Trajectory], capabilities: Sequence[str]) -> dict[str, int]:
+    """How many failed trajectories the rules labeller marks LACKING for each capability."""
+    known = {c.name: c for c in builtin_capabilities()}
+    caps = [known[name] for name in capabilities if name in known]
+    failed = [t for t in trajectories if not t.passed]
+    counts: Counter[str] = Counter({c.name: 0 for c in caps})
+    if failed and caps:
+        for labels in RulesLabeller().label(failed, caps, 0):
+            for name, label in labels.items():
+                counts[name] += int(label.label == "LACKING")
+    return dict(counts)

@@ -15,12 +15,20 @@ from typing import Any
 import numpy as np
 
 from tracerl.contracts import (
-    CapabilitiesFile, Capability, CapabilityResult, FailedExample, LabelerInfo, RunFigures, SelectionSettings, Totals,
+    CapabilitiesFile,
+    Capability,
+    CapabilityResult,
+    FailedExample,
+    LabelerInfo,
+    LabelRun,
+    RunFigures,
+    SelectionSettings,
+    Totals,
+    Workspace,
 )
-from tracerl.core.io import write_json
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.aggregate import Aggregate, SelectionParams, aggregate
-from tracerl.selection.labels import LabelRun, Labeller, label_codes, make_run, run_path
+from tracerl.selection.labels import Labeller, label_codes, make_run
 
 EXAMPLES = 3
 
@@ -47,7 +55,7 @@ def label_runs(
             first = (labels, problems)
         run = make_run(r, seed, labeller.name, trajectories, capabilities, labels, problems)
         if out_dir is not None:
-            write_json(run_path(out_dir, r), run.model_dump(mode="json"))
+            run.write(Workspace(out_dir).label_run(r))
         runs.append(run)
         if on_run is not None:
             on_run(r)

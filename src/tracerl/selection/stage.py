@@ -13,6 +13,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from tracerl.contracts import CapabilitiesFile
 from tracerl.core.errors import InputError
 from tracerl.core.trajectory import Trajectory
+from tracerl.selection.aggregate import SelectionParams
+from tracerl.selection.catalogue import (
+    builtin_capabilities,
+    load_capabilities,
+    merge_capabilities,
+)
+from tracerl.selection.discovery import discover
+from tracerl.selection.llm import ChatClient, LLMLabeller
+from tracerl.selection.rules import RulesLabeller
+from tracerl.selection.select import select_capabilities
 
 
 class SelectConfig(BaseModel):
@@ -39,7 +49,6 @@ class SelectConfig(BaseModel):
 
 class SelectionRun(BaseModel):
     """What `run_select` returns: the document (written as capabilities.json) and the failed labelling requests."""
-
     document: CapabilitiesFile
     problems: list[str] = Field(default_factory=list)
 
@@ -53,10 +62,6 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
                llm=None, on_step: Callable[[], None] | None = None) -> SelectionRun:
     """Label, aggregate and select into `out_dir` (capabilities.json, labels/). `llm` (a
     `selection.llm.LLMConfig`) is the analysis model, needed by the LLM labeller and discovery."""
-    from tracerl.selection.aggregate import SelectionParams
-    from tracerl.selection.catalogue import builtin_capabilities, load_capabilities, merge_capabilities
-    from tracerl.selection.select import select_capabilities
-
     catalogue = builtin_capabilities()
     if config.capabilities is not None:
         by_name = {c.name: c for c in load_capabilities(config.capabilities)}
@@ -68,16 +73,12 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
         if config.labeler == "llm" and llm.temperature <= 0:
             raise InputError("the LLM labeller's temperature must be > 0: the N runs must be independent samples")
     if config.discover:
-        from tracerl.selection.discovery import discover
-        from tracerl.selection.llm import ChatClient
 
         catalogue = merge_capabilities(catalogue, discover(ChatClient(llm), trajectories, seed=seed))
     if config.labeler == "llm":
-        from tracerl.selection.llm import LLMLabeller
 
         labeller = LLMLabeller(llm)
     else:
-        from tracerl.selection.rules import RulesLabeller
 
         labeller = RulesLabeller()
     params = SelectionParams(rho=config.rho, delta=config.delta, runs=config.runs, min_runs=config.min_runs,

@@ -34,6 +34,7 @@ from tracerl.core.io import describe_validation_error
 from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
 from tracerl.models.generation import GenerationRequest, GenerationResult
+from tracerl.models.local import session_seed
 from tracerl.models.parsing import parse_assistant_text
 from tracerl.serve.engine import Engine, QueueFull
 
@@ -177,7 +178,6 @@ def create_app(
         if seed is None:
             g.manual_seed(int(torch.randint(0, 2**62, (1,), generator=seeder)))
         else:
-            from tracerl.models.local import session_seed
 
             g.manual_seed(session_seed(seed, k))
         return g

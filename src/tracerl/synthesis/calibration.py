@@ -15,7 +15,12 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tracerl.contracts import CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats
+from tracerl.contracts import (
+    CalibrationBands,
+    CalibrationResult,
+    CalibrationRound,
+    CalibrationStats,
+)
 from tracerl.core.policy import Policy
 from tracerl.envs.base import Env
 from tracerl.envs.runner import Episode, passed, rollout

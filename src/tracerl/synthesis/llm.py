@@ -17,11 +17,10 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from tracerl.contracts import TargetFile
 from tracerl.core.io import atomic_write_text
-from tracerl.synthesis.envdir import MODULE_PY, TARGET_JSON
+from tracerl.envs.synthetic.envdir import MODULE_PY, TARGET_JSON
+from tracerl.envs.synthetic.target import Target
 from tracerl.synthesis.sandbox import SandboxLimits, SandboxResult, run_in_sandbox
-from tracerl.synthesis.target import Target
 
 CONTRACT = """\
 Write ONE self-contained Python module (answer with a single ```python code block) that defines
@@ -31,7 +30,7 @@ Write ONE self-contained Python module (answer with a single ```python code bloc
   and `oracle(seed) -> list[tracerl.core.messages.Action]` (the gold tool calls, one per turn; after them the
   checker sends one final text message, which the user simulator must answer by ending the chat).
 - Tools: use ONLY the target's tools, with their schemas verbatim: the file `target.json` next to the module
-  holds them (`Target.from_json(json.loads(text))` from `tracerl.synthesis.target`; `target.tool(name)` gives a
+  holds them (`Target.from_json(json.loads(text))` from `tracerl.envs.synthetic.target`; `target.tool(name)` gives a
   `ToolSchema`). Register each with `tracerl.envs.tools.add_schema_tool(toolbox, schema, handler)`; handlers get
   the validated arguments as keyword arguments, return a JSON-able dict, and raise `tracerl.envs.tools.ToolError`
   for domain errors. Use 2-5 tools.
@@ -43,8 +42,8 @@ Write ONE self-contained Python module (answer with a single ```python code bloc
   "I'm sorry, I can't help with that." must score < 1. Judge decisions from every call the agent made, failed
   ones included (a forbidden write that failed on a mistyped id is still a violation), and give the decision
   its own share of the reward apart from the exact execution.
-- Hints: when `options.get("hint")`, append an expert-guidance paragraph to the system prompt; always put
-  `info["_hint"]` (the hint text) and `info["_prompt_without_hint"]` (the opening messages without it). The hint
+- Hints: implement `hint(seed) -> str` (an expert-guidance paragraph for that task); when
+  `options.get("hint")`, append it to the system prompt and change nothing else in the opening or info. The hint
   guides; it must not contain any argument value of the gold calls.
 - The environment must isolate the capability: success should depend mainly on it.
 - No network, no subprocesses, no files written outside the module's own folder.
@@ -144,5 +143,5 @@ def check_module_source(code: str, target: Target, limits: SandboxLimits | None 
     with tempfile.TemporaryDirectory(prefix="tracerl-envgen-") as tmp:
         folder = Path(tmp)
         atomic_write_text(folder / MODULE_PY, code)
-        TargetFile.of(target).write(folder / TARGET_JSON)
+        target.file().write(folder / TARGET_JSON)
         return run_in_sandbox(folder, limits)

@@ -20,10 +20,10 @@ import traceback
 from pathlib import Path
 
 from tracerl.core.io import read_json
-from tracerl.synthesis.checks import validate_env
-from tracerl.synthesis.envdir import MODULE_PY, TARGET_JSON, load_module_factory
+from tracerl.envs.synthetic.checks import validate_env
+from tracerl.envs.synthetic.envdir import MODULE_PY, TARGET_JSON, load_module_factory
+from tracerl.envs.synthetic.target import Target
 from tracerl.synthesis.sandbox import REPORT_MARKER
-from tracerl.synthesis.target import Target
 
 # Landlock (linux/landlock.h)
 _FS_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)

@@ -13,7 +13,6 @@ import random
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
 
-
 CLOSING = "All your requests are handled. Is there anything else?"
 
 

@@ -12,10 +12,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tracerl.contracts import CalibrationBands, CalibrationResult, CapabilitiesFile, EnvIndex
+from tracerl.contracts import (
+    CalibrationBands,
+    CalibrationResult,
+    CapabilitiesFile,
+    EnvIndex,
+)
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
-from tracerl.synthesis.target import Target
+from tracerl.envs.synthetic.target import Target
+from tracerl.synthesis.synthesize import (
+    calibrate_env_dir,
+    env_record,
+    synthesize_capability,
+    write_env_index,
+)
 
 
 class SynthesizeConfig(BaseModel):
@@ -37,7 +48,6 @@ class SynthesizeConfig(BaseModel):
 @dataclass
 class SynthesisRun:
     """What `run_synthesize` returns: the index it wrote and, per capability, its outcome and calibration."""
-
     index: EnvIndex
     outcomes: list[tuple[Any, CalibrationResult | None]] = field(default_factory=list)  # (SynthesisOutcome, …)
 
@@ -57,8 +67,6 @@ def run_synthesize(capabilities: Path, target: Target, out_dir: Path, config: Sy
     `policy_info` is recorded in each calibration.json's settings beside the temperature; `llm` is
     (OpenAI client, model) for LLM-written environments; `on_episode(capability)` follows each
     calibration episode, `on_outcome(outcome)` each capability's synthesis."""
-    from tracerl.synthesis.synthesize import calibrate_env_dir, env_record, synthesize_capability, write_env_index
-
     selected = CapabilitiesFile.read(capabilities).selected()
     if not selected:
         raise InputError("no capability is selected: nothing to synthesize", path=str(capabilities))

@@ -16,18 +16,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tracerl.contracts import (
-    CalibrationBands, CalibrationResult, Capability, CapabilityResult, CheckReport, EnvCalibration, EnvIndex, EnvRecord,
+    CalibrationBands,
+    CalibrationResult,
+    Capability,
+    CapabilityResult,
+    CheckReport,
+    EnvCalibration,
+    EnvIndex,
+    EnvRecord,
     EnvSpec,
 )
 from tracerl.core.policy import Policy
-from tracerl.synthesis.calibration import calibrate
-from tracerl.synthesis.checks import DEFAULT_SEEDS, validate_env
-from tracerl.synthesis.envdir import (
-    CALIBRATION_JSON, ENV_JSON, MODULE_PY, load_env_dir, load_env_spec, write_env_dir,
+from tracerl.envs.synthetic.checks import DEFAULT_SEEDS, validate_env
+from tracerl.envs.synthetic.envdir import (
+    CALIBRATION_JSON,
+    ENV_JSON,
+    MODULE_PY,
+    load_env_dir,
+    load_env_spec,
+    write_env_dir,
 )
+from tracerl.envs.synthetic.target import Target
+from tracerl.envs.synthetic.templates import MAX_DIFFICULTY, template_for
+from tracerl.synthesis.calibration import calibrate
+from tracerl.synthesis.llm import generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
-from tracerl.synthesis.target import Target
-from tracerl.synthesis.templates import MAX_DIFFICULTY, template_for
 
 Generator = Literal["template", "llm"]
 INDEX_JSON = "index.json"  # envs/index.json: `tracerl.contracts.EnvIndex`
@@ -83,7 +96,6 @@ def synthesize_capability(
         why = "no built-in template for it" if generator == "template" else "generator 'llm' chosen"
         return SynthesisOutcome(name, "-", None, None,
                                 error=f"{why} and no LLM configured (--llm-model, --llm-base-url)")
-    from tracerl.synthesis.llm import generate_env_module
 
     client, model = llm
     limits = limits or SandboxLimits(seeds=seeds, difficulty=difficulty)

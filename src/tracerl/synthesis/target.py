@@ -1,20 +1,18 @@
-"""The target domain a synthetic environment imitates: its tool schemas and system-prompt format.
+"""Build the target a synthetic environment imitates (`tracerl.envs.synthetic.target.Target`) from a domain.
 
-A target is the built-in airline domain (`"airline"`), a τ²-bench domain given by its tools.json
+A target is an environment tracerl can play (a built-in domain such as "airline", an installed or
+`package.module:factory` environment: `target_from_env`), a τ²-bench domain given by its tools.json
 (a `policy.md` next to it, if any, gives the prompt title), or a τ²-bench domain played live
 (`target_from_live_env`: its tools, policy title and gold actions' values, no tools.json needed).
-The prompt format is kept as `preamble` and `closing` lines: for the built-in domain, its own system prompt minus its
-domain rules (the lines that start with a label such as "Cancel:"), which a synthetic
-environment replaces with its own rules; for a tools.json, the policy's title. `tool_families`
-pairs each read ("check") tool with the write ("act") tools that take the same id parameter —
-e.g. get_order_details(order_id) with cancel_pending_order(order_id, reason) — which is what
-every capability template is built from. `result_examples` keeps one observed JSON result per
-tool (for the built-in domain, from oracle rollouts; `observed_result_examples` takes them
-from any trajectories), so templates can answer in the target's record and write-result shapes;
-`request_examples` keeps the target users' own wording of a request for each write tool, with
-the record and user it was made on, the write that serves it and whether the target's rules
-(`rules`) allowed it there, so templates can ask the target's own requests on records where its
-rules decide them as they did.
+The prompt format is kept as `preamble` and `closing` lines: for an environment, its own system
+prompt minus its domain rules (the lines that start with a label such as "Cancel:"), which a
+synthetic environment replaces with its own rules; for a tools.json, the policy's title.
+`result_examples` keeps one observed JSON result per tool (for an environment, from its oracle's
+rollouts; `observed_result_examples` takes them from any trajectories), so templates can answer in
+the target's record and write-result shapes; `request_examples` keeps the target users' own
+wording of a request for each write tool (`Env.user_requests`), with the record and user it was
+made on, the write that serves it and whether the target's rules (`rules`) allowed it there, so
+templates can ask the target's own requests on records where its rules decide them as they did.
 """
 
 from __future__ import annotations
@@ -22,53 +20,29 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tracerl.core.errors import InputError
-from tracerl.core.tools import ToolSchema, load_tools_json
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str  # "airline", "retail", …
-    tools: tuple[ToolSchema, ...]
-    title: str  # first line of the target's system prompt, e.g. "# Retail agent policy" (policy.md's title)
-    source: str  # "airline" (built-in) or the tools.json path it was read from
-    preamble: tuple[str, ...] = ()  # the target prompt's lines before its domain rules (title included)
-    closing: tuple[str, ...] = ()  # its lines after the domain rules
-    rules: tuple[str, ...] = ()  # its domain rules ("Cancel: …"), for templates that ask its own requests
-    value_examples: dict[str, list[str]] | None = None  # parameter -> string values the target uses
-    result_examples: dict[str, dict[str, Any]] | None = None  # tool -> one JSON object it returned
-    # write tool -> [{"request": the user's words, each value said as "{parameter}",
-    #                 "record": the record it was made on, as the check tool returned it,
-    #                 "user": the user's record there, "allowed": whether the target's rules allowed it,
-    #                 "write": the write {name, arguments} that serves it}] (see `request_examples`)
-    request_examples: dict[str, list[dict[str, Any]]] | None = None
-
-    def tool(self, name: str) -> ToolSchema:
-        for t in self.tools:
-            if t.name == name:
-                return t
-        raise KeyError(name)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Target:
-        """The target in target.json's content, checked by its contract (`tracerl.contracts.TargetFile`);
-        LLM-written environment modules read their target.json with it."""
-        from tracerl.contracts import TargetFile
-
-        return TargetFile.model_validate(data).target()
+from tracerl.core.messages import Message, ToolCall
+from tracerl.core.tools import load_tools_json
+from tracerl.envs.base import Env
+from tracerl.envs.registry import make_env
+from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.synthetic.target import Target, tool_families
 
 
 def load_target(spec: str) -> Target:
-    """`"airline"` → the built-in airline domain; otherwise a path to a τ²-bench tools.json."""
-    if spec == "airline":
-        return _builtin_airline()
+    """A path to a τ²-bench-style tools.json, or an environment (`target_from_env`)."""
     path = Path(spec)
+    if path.suffix == ".json" or path.is_file():
+        return target_from_tools_json(path)
+    return target_from_env(spec)
+
+
+def target_from_tools_json(path: Path) -> Target:
     if not path.exists():
-        raise InputError("no such file (the target is 'airline' or a path to a tools.json)", path=spec)
+        raise InputError("no such file (the target is an environment or a path to a tools.json)", path=str(path))
     tools = load_tools_json(path)
     name = path.parent.name or path.stem
     title = f"# {name.capitalize()} agent policy"
@@ -79,23 +53,25 @@ def load_target(spec: str) -> Target:
             title = first[0].strip()
     target = Target(name=name, tools=tuple(tools), title=title, source=str(path), preamble=(title,))
     if not tool_families(target.tools):
-        raise InputError("no read tool shares an id parameter with a write tool: nothing to build on", path=spec)
+        raise InputError("no read tool shares an id parameter with a write tool: nothing to build on", path=str(path))
     return target
 
 
-def _builtin_airline() -> Target:
-    try:
-        from tracerl.envs.registry import make_env  # type: ignore[import-not-found]
-    except ImportError:
-        raise InputError("the built-in airline domain is not available in this installation") from None
-    env = make_env("airline")
+def target_from_env(spec: str) -> Target:
+    """The target of an environment tracerl plays (`tracerl.envs.registry.make_env(spec)`): its tools, its
+    system prompt split into preamble, domain rules and closing, id values from its gold actions, record
+    shapes from its oracle's rollouts (`Env.reference_policy('oracle')`, where it has one) and its users'
+    requests (`Env.user_requests`, where it states them)."""
+    env = make_env(spec)
+    if not tool_families(tuple(env.tools)):
+        raise InputError(f"target '{spec}': no read tool shares an id parameter with a write tool: nothing to build on")
     messages, _ = env.reset(seed=0)
     prompt = messages[0].content or "" if messages and messages[0].role == "system" else ""
     preamble, rules, closing = split_prompt(prompt)
-    title = preamble[0] if preamble else "# Airline agent policy"
-    return Target(name="airline", tools=tuple(env.tools), title=title, source="airline",
+    title = preamble[0] if preamble else f"# {env.name.capitalize()} agent policy"
+    return Target(name=env.name, tools=tuple(env.tools), title=title, source=spec,
                   preamble=preamble or (title,), closing=closing, rules=rules, value_examples=gold_value_examples(env),
-                  result_examples=_oracle_result_examples(env), request_examples=task_request_examples(env))
+                  result_examples=oracle_result_examples(spec, env), request_examples=task_request_examples(env))
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:
@@ -162,11 +138,13 @@ def observed_result_examples(trajectories: list[Any], tools: set[str]) -> dict[s
     return found
 
 
-def _oracle_result_examples(env: Any, seeds: int = 20) -> dict[str, dict[str, Any]]:
-    from tracerl.envs.registry import make_env, make_policy
-    from tracerl.envs.runner import Episode, rollout
-
-    trajectories = rollout(lambda: make_env("airline"), make_policy("oracle"), [Episode(seed=s) for s in range(seeds)])
+def oracle_result_examples(spec: str, env: Env, seeds: int = 20) -> dict[str, dict[str, Any]]:
+    """`observed_result_examples` of the environment's oracle policy on its first seeds ({} without one)."""
+    try:
+        oracle = env.reference_policy("oracle")
+    except ValueError:
+        return {}
+    trajectories = rollout(lambda: make_env(spec), oracle, [Episode(seed=s) for s in range(seeds)])
     return observed_result_examples(trajectories, {t.name for t in env.tools})
 
 
@@ -211,25 +189,14 @@ def request_examples(requests: Iterable[tuple[str, dict[str, Any], dict[str, Any
     return found
 
 
-def request_parameters(request: str) -> set[str]:
-    """The parameters a request example states: {"reservation_id"} for 'cancel reservation {reservation_id}'."""
-    return set(re.findall(r"\{(\w+)\}", request))
-
-
-def fill_request(request: str, arguments: dict[str, Any]) -> str:
-    """A request example with these arguments' values in its "{parameter}" places."""
-    for name, value in arguments.items():
-        request = request.replace("{" + name + "}", str(value))
-    return request
-
-
-def task_request_examples(env: Any, seeds: Iterable[int] = range(1000), per_tool: int = 300) -> dict[str, list[dict[str, Any]]]:
-    """The built-in domain's requests on the task `seeds`, each with the write that serves it (or would,
-    ignoring the rules), the record it is about and the user's record as the read tools return them
-    (the user's id and record list left out), and whether the rules allow it (see `request_examples`)."""
-    from tracerl.core.messages import Message, ToolCall
-
+def task_request_examples(env: Env, seeds: Iterable[int] = range(1000), per_tool: int = 300) -> dict[str, list[dict[str, Any]]]:
+    """The environment's users' requests on the task `seeds` (`Env.user_requests`; {} where it states none),
+    each with the write that serves it (or would, ignoring the rules), the record it is about and the
+    user's record as the read tools return them (the user's id and record list left out), and whether
+    the rules allow it (see `request_examples`)."""
     family = tool_families(tuple(env.tools))[0]
+    user_tool = next((t.name for t in env.tools if t.kind == "read" and t.parameters.get("required") == ["user_id"]
+                      and t.name != family.check.name), None)
 
     def read(name: str, arguments: dict[str, Any]) -> dict[str, Any] | None:
         result = env.step(Message.assistant(tool_calls=[ToolCall.make(name, arguments, "read")]))[0][0].content or ""
@@ -237,14 +204,18 @@ def task_request_examples(env: Any, seeds: Iterable[int] = range(1000), per_tool
 
     found = []
     for seed in seeds:
-        task = env.reset(seed=seed)[1]["_task"]
-        user = read("get_user_details", {"user_id": task.user_id}) or {}
+        try:
+            requests = env.user_requests(seed)
+        except NotImplementedError:
+            return {}
+        env.reset(seed=seed)
+        user_id = next((r.user_id for r in requests if r.user_id), None)
+        user = (read(user_tool, {"user_id": user_id}) or {}) if user_tool and user_id else {}
         user = {k: v for k, v in user.items() if k not in ("user_id", f"{family.entity}s")}
-        for sub in task.subtasks:
-            writes = sub.writes if sub.allowed else sub.anyway_writes
-            record = read(family.check.name, {family.id_param: sub.reservation_id}) if writes else None
+        for request in requests:
+            record = read(family.check.name, {family.id_param: request.record_id}) if request.write else None
             if record is not None:
-                found.append((sub.request, writes[0].model_dump(), record, user, sub.allowed))
+                found.append((request.text, request.write.model_dump(), record, user, request.allowed))
     return request_examples(found, per_tool=per_tool)
 
 
@@ -261,68 +232,3 @@ def split_prompt(prompt: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[s
     return tuple(lines[:rules[0]]), tuple(lines[rules[0]:rules[-1] + 1]), tuple(lines[rules[-1] + 1:])
 
 
-@dataclass(frozen=True)
-class ToolFamily:
-    """A read tool and the write tools that take the same id parameter (simplest first)."""
-
-    check: ToolSchema
-    acts: tuple[ToolSchema, ...]
-    id_param: str
-
-    @property
-    def entity(self) -> str:
-        return self.id_param.removesuffix("_id")
-
-
-def tool_families(tools: tuple[ToolSchema, ...] | list[ToolSchema]) -> list[ToolFamily]:
-    """Every (check, acts) family, largest family first; acts ordered simplest first."""
-    families = []
-    for check in tools:
-        if check.kind != "read":
-            continue
-        required = check.parameters.get("required", [])
-        if len(required) != 1 or not required[0].endswith("_id"):
-            continue
-        id_param = required[0]
-        acts = [
-            t for t in tools
-            if t.kind == "write" and id_param in t.parameters.get("required", [])
-            and _is_string(t.parameters.get("properties", {}).get(id_param, {}))
-        ]
-        if acts:
-            acts.sort(key=lambda t: (argument_complexity(t), t.name))
-            families.append(ToolFamily(check=check, acts=tuple(acts), id_param=id_param))
-    families.sort(key=lambda f: (-len(f.acts), f.check.name))
-    return families
-
-
-def _is_string(spec: dict[str, Any]) -> bool:
-    return spec.get("type") == "string"
-
-
-def argument_complexity(schema: ToolSchema) -> int:
-    """How hard a call is to write: scalars count 1, arrays of scalars 2, nested objects 4 per field."""
-    defs = schema.parameters.get("$defs", {})
-
-    def cost(spec: dict[str, Any]) -> int:
-        if "$ref" in spec:
-            spec = defs.get(spec["$ref"].split("/")[-1], {})
-        kind = spec.get("type")
-        if kind == "array":
-            inner = spec.get("items", {})
-            return 2 if inner.get("type") in ("string", "integer", "number", "boolean") else 4 * max(1, cost(inner))
-        if kind == "object":
-            return sum(cost(v) for v in spec.get("properties", {}).values()) or 1
-        return 1
-
-    return sum(cost(v) for v in schema.parameters.get("properties", {}).values())
-
-
-def is_flat(schema: ToolSchema) -> bool:
-    """All parameters are scalars or arrays of scalars (no nested objects)."""
-    for spec in schema.parameters.get("properties", {}).values():
-        if "$ref" in spec or spec.get("type") == "object":
-            return False
-        if spec.get("type") == "array" and spec.get("items", {}).get("type") not in ("string", "integer", "number", "boolean"):
-            return False
-    return True

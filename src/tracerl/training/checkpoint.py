@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -34,16 +33,16 @@ from typing import Any
 
 import numpy as np
 import torch
+from peft.utils import set_peft_model_state_dict
+from safetensors.torch import load_file
 
 from tracerl import contracts
-from tracerl.contracts import metrics_text
+from tracerl.contracts import METRICS_FILE, SNAPSHOTS, adapter_snapshots, metrics_text
+from tracerl.core.errors import InputError
 from tracerl.core.io import read_json, write_json
 
 CHECKPOINT = "checkpoint"
 _OLD = ".checkpoint.old"
-METRICS = "metrics.jsonl"
-SNAPSHOTS = "snapshots"
-_SNAPSHOT = re.compile(r"^step_(\d+)$")
 
 
 @dataclass
@@ -98,19 +97,9 @@ def save_snapshot(model, out: Path, step: int) -> Path:
     return final
 
 
-def snapshots(out: Path) -> dict[int, Path]:
-    """Step → its adapter snapshot in `out/snapshots/` (whole ones only), by step."""
-    found = {}
-    for path in (Path(out) / SNAPSHOTS).glob("step_*"):
-        match = _SNAPSHOT.match(path.name)
-        if match and (path / "adapter_model.safetensors").is_file():
-            found[int(match.group(1))] = path
-    return dict(sorted(found.items()))
-
-
 def drop_snapshots_after(out: Path, step: int) -> None:
     """Delete the snapshots of steps after `step` (a resumed run redoes those steps)."""
-    for later, path in snapshots(out).items():
+    for later, path in adapter_snapshots(out).items():
         if later > step:
             shutil.rmtree(path)
 
@@ -125,7 +114,7 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     for rank, rng in enumerate(rank_rng):
         torch.save(rng, tmp / f"rng-rank{rank}.pt")
-    (tmp / METRICS).write_text(metrics_text(metrics))
+    (tmp / METRICS_FILE).write_text(metrics_text(metrics))
     write_json(tmp / "state.json", {"step": state.step, "rollouts_used": state.rollouts_used,
                                     "metrics_rows": state.metrics_rows})
     _fsync_dir(tmp)
@@ -168,9 +157,6 @@ def latest_checkpoint(out: Path) -> Path | None:
 
 def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
     """Restore adapter weights, optimizer and this rank's RNG states; return the saved counters (metrics: `checkpoint_metrics`)."""
-    from peft.utils import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
     weights = load_file(str(path / "adapter" / "adapter_model.safetensors"))
     set_peft_model_state_dict(model, weights)
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
@@ -184,9 +170,8 @@ def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
 
 def checkpoint_metrics(path: Path, state: TrainState, out_metrics: Path) -> list[dict[str, Any]]:
     """The metrics rows of the checkpoint in `path` (checkpoints without their own copy: the first rows of `out_metrics`)."""
-    rows = read_metrics(path / METRICS) if (path / METRICS).exists() else read_metrics(out_metrics)[: state.metrics_rows]
+    rows = read_metrics(path / METRICS_FILE) if (path / METRICS_FILE).exists() else read_metrics(out_metrics)[: state.metrics_rows]
     if len(rows) != state.metrics_rows:
-        from tracerl.core.errors import InputError
 
         raise InputError(f"{path}: the checkpoint counts {state.metrics_rows} metrics rows, {len(rows)} found")
     return rows

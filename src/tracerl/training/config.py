@@ -15,18 +15,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from peft import LoraConfig
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error
+from tracerl.core.config_file import load_yaml, validate_config
+from tracerl.core.sampling import RolloutSettings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 class LoraSettings(BaseModel):
     """The subset of PEFT's `LoraConfig` we expose (same names, same meaning; bias "none", task CAUSAL_LM)."""
-
     model_config = ConfigDict(extra="forbid")
 
     r: int = Field(16, ge=1, description="Rank of the LoRA update B·A (default 16).")
@@ -40,28 +39,11 @@ class LoraSettings(BaseModel):
                                       "lacks is an error.")
 
     def peft_config(self):
-        from peft import LoraConfig
 
         return LoraConfig(
             r=self.r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
             target_modules=list(self.target_modules), bias="none", task_type="CAUSAL_LM",
         )
-
-
-class RolloutSettings(BaseModel):
-    """How episodes are played. In a run config this is the top-level `rollout:` block, the one place these
-    are set for collect, calibrate, train, compose's gate data and eval."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_new_tokens: int = Field(256, ge=1, description="tokens per assistant turn, every stage (a longer turn is "
-                                "cut here); TRL's max_completion_length counts a whole completion instead")
-    batch_size: int = Field(64, ge=1, description="episodes in flight at once, every stage: in the continuous "
-                            "engine's running batch, or played in lockstep and generated in one batch")
-    temperature: float = Field(1.0, gt=0, description="sampling temperature of GRPO's rollouts, its old-policy "
-                               "log-probs, and compose's gate-data rollouts. Only where sampling must differ is it "
-                               "set per stage: collect.temperature and eval.temperature (greedy, 0, by default: they "
-                               "measure the agent) and synthesize.temperature (calibration, the reference's 0.7)")
 
 
 MOVED_TO_ROLLOUT = {"max_new_tokens": "max_new_tokens", "rollout_batch_size": "batch_size", "temperature": "temperature"}
@@ -96,7 +78,6 @@ class TrainConfig(BaseModel):
       generated (a hinted rollout's are recomputed on the hint-free prompt, see `hint_fraction`);
       TRL recomputes them with the training model when `num_iterations` > 1.
     """
-
     model_config = ConfigDict(extra="forbid")
 
     # --- sampling -----------------------------------------------------------------------------
@@ -229,24 +210,14 @@ def run_training_options(run: dict[str, Any]) -> dict[str, Any]:
             **({"rollout": run["rollout"]} if "rollout" in run else {})}
 
 
-def load_config(path: str | Path | None, **overrides) -> TrainConfig:
-    """Read a YAML/JSON config (all keys optional), apply non-None `overrides`; one-line error if bad."""
-    data: dict = {}
+def load_config(path: str | Path | None, **overrides: Any) -> TrainConfig:
+    """Read a YAML training config (all keys optional; a run config is read as its training stages read it,
+    `run_training_options`), apply non-None `overrides`; one line naming file and line if it is bad."""
+    data: dict[str, Any] = {}
+    node = None
     if path is not None:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except FileNotFoundError:
-            raise InputError("no such config file", path=str(path)) from None
-        except yaml.YAMLError as e:
-            line = getattr(getattr(e, "problem_mark", None), "line", None)
-            raise InputError("not valid YAML", path=str(path), line=None if line is None else line + 1) from None
-        if not isinstance(data, dict):
-            raise InputError("a config must be a mapping of option: value", path=str(path))
+        data, node = load_yaml(path)
         if "train" in data:  # a run config: as its training stages read it
-            data = run_training_options(data)
+            data, node = run_training_options(data), None
     data.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as e:
-        raise InputError(describe_validation_error(e), path=None if path is None else str(path)) from None
+    return validate_config(TrainConfig, data, path=path, node=node)

@@ -20,7 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor, distribute_tensor
 
+from tracerl.core.io import read_json
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.distributed import World
 
@@ -33,9 +38,6 @@ def shard_model(model: torch.nn.Module, world: World, device: torch.device) -> N
     (embeddings, final norm, head) in the root's. Gradients are summed across ranks, not averaged: each
     rank's loss is already its share of the whole batch's.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
     if world.size == 1:
         return
     if device.type == "cuda":
@@ -55,8 +57,6 @@ def shard_model(model: torch.nn.Module, world: World, device: torch.device) -> N
 
 def fsdp_modules(model: torch.nn.Module) -> list[Any]:
     """The FSDP2 units of `model`, root first ([] when it is not sharded)."""
-    from torch.distributed.fsdp import FSDPModule
-
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
@@ -86,15 +86,11 @@ def full_parameters(model: torch.nn.Module) -> Iterator[None]:
 
 def full_tensor(t: torch.Tensor) -> torch.Tensor:
     """The whole tensor of a shard (a collective: every rank calls it, in the same order); a plain tensor as is."""
-    from torch.distributed.tensor import DTensor
-
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """This rank's shard of `full`, laid out as `like` (every rank holds `full`: no communication)."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
     if not isinstance(like, DTensor):
         return full.to(like.device)
     return distribute_tensor(full.to(like.device), like.device_mesh, like.placements, src_data_rank=None)
@@ -102,17 +98,12 @@ def shard_like(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def local_numel(params: list[torch.Tensor]) -> int:
     """Elements this rank stores of `params` (a shard's local part)."""
-    from torch.distributed.tensor import DTensor
-
     return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
 
 
 def load_sharded_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                             rank: int) -> ckpt.TrainState:
     """`checkpoint.load_checkpoint` for a sharded model: each rank keeps its shard of the saved (whole) tensors."""
-    from safetensors.torch import load_file
-
-    from tracerl.core.io import read_json
 
     saved = load_file(str(path / "adapter" / "adapter_model.safetensors"))
     adapter = model.active_adapter
@@ -140,7 +131,6 @@ class FullState:
     """A sharded run's adapter and optimizer state gathered whole, in the shape `checkpoint` writes:
     `save_pretrained` writes the whole adapter, `state_dict` is the optimizer's with whole tensors, so a
     sharded run's files are those of an unsharded one."""
-
     model: Any
     adapter_state: dict[str, torch.Tensor]
     optimizer_state: dict[str, Any] | None

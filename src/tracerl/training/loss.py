@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from tracerl.models.generation import _forward_signature
+
 
 def token_logprobs(
     model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
@@ -44,7 +46,6 @@ def token_logprobs(
     rows, width = ids.shape
     if not 0 < prefix_len < width:
         raise ValueError("prefix_len must leave at least one token per row")
-    from tracerl.models.generation import _forward_signature
 
     cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
     head = model(input_ids=ids[:1, :prefix_len], use_cache=True)
@@ -77,7 +78,6 @@ def shared_prefix_length(ids: torch.Tensor, attention_mask: torch.Tensor, loss_m
 @dataclass(frozen=True)
 class BatchCounts:
     """Whole-batch sizes (all micro-batches, all ranks) that the loss normalisations divide by."""
-
     sequences: int
     tokens: int
 

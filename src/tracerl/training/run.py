@@ -12,10 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftConfig, PeftModel, get_peft_model
 
 from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
-from tracerl.training.backends import LocalBackend, ServerBackend
+from tracerl.envs.registry import env_factory
+from tracerl.envs.registry import make_env as make_registered
+from tracerl.envs.synthetic.checks import validate_env
+from tracerl.envs.synthetic.envdir import (
+    ENV_JSON,
+    load_env_dir,
+    load_env_spec,
+    load_target_json,
+)
+from tracerl.models.chat import ChatFormat
+from tracerl.models.local import LocalPolicy, load_model, resolve_model_path
+from tracerl.models.served import ServedCheck, ServerBackend, probe_prompts
+from tracerl.training.backends import LocalBackend
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World
 from tracerl.training.fsdp import shard_model
@@ -33,8 +46,6 @@ def device_for(world: World) -> torch.device:
 
 def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) of a plain base model; a PEFT adapter directory is refused (pass it as init_adapter)."""
-    from tracerl.models.local import load_model, resolve_model_path
-
     path = Path(resolve_model_path(base))
     if (path / "adapter_config.json").exists():
         raise InputError(f"{base}: is a LoRA adapter, not a base model (start from it with --adapter)")
@@ -46,8 +57,6 @@ def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any
 
 def attach_lora(model: Any, config: TrainConfig, init_adapter: str | Path | None = None) -> Any:
     """The PEFT model to train: a fresh LoRA (seeded) or `init_adapter`, checked against the base."""
-    from peft import PeftConfig, PeftModel, get_peft_model
-
     if init_adapter is None:
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         missing = [m for m in config.lora.target_modules if m not in names]
@@ -100,9 +109,6 @@ def build_trainer(
     """Check every input, then assemble the trainer (rollouts local, or from `server_url`); held-out
     evaluation plays `make_eval_env`'s environments (default: `make_env`'s). `env_source` and
     `env_digest` (`synthesis.envdir.env_digest`) are recorded in train_config.json."""
-    from tracerl.models.chat import ChatFormat
-    from tracerl.models.local import LocalPolicy
-
     check_env(make_env, env_source)
     sharded = config.shard == "fsdp2" and world.size > 1
     model, tokenizer = load_base(base, torch.device("cpu") if sharded else device_for(world))
@@ -122,7 +128,6 @@ def build_trainer(
         backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.rollout.temperature,
                                 max_new_tokens=config.rollout.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
                                 max_concurrency=config.rollout.batch_size)
-        from tracerl.training.served import ServedCheck, probe_prompts
 
         backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature)
         backend.served_dir = Path(out) / "served_adapters"
@@ -140,8 +145,6 @@ def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any
     """
     path = Path(spec)
     if path.is_dir():
-        from tracerl.synthesis.checks import validate_env
-        from tracerl.synthesis.envdir import load_env_dir, load_env_spec, load_target_json
 
         env_spec = load_env_spec(path)
         make_env = load_env_dir(path)
@@ -151,12 +154,12 @@ def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any
             first = report.failures().splitlines()[0]
             raise InputError(f"{path}: the environment fails validation: {first}")
         return make_env, env_spec.capability, {"hint_fraction": env_spec.hint_fraction}
-    from tracerl.envs.registry import ENV_FACTORIES, make_env as make_registered
 
     name = str(spec)
-    if name not in ENV_FACTORIES:
-        raise InputError(f"--env {name}: neither an environment directory nor a known environment "
-                         f"({', '.join(sorted(ENV_FACTORIES))})")
+    try:
+        env_factory(name)
+    except InputError as e:
+        raise InputError(f"--env {name}: neither an environment directory nor a known environment ({e})") from None
     factory = lambda: make_registered(name)  # noqa: E731
     check_env(factory, name)
     return factory, name, {}
@@ -164,8 +167,6 @@ def resolve_env(spec: str | Path) -> tuple[Callable[[], Env], str, dict[str, Any
 
 def capability_dirs(root: str | Path) -> list[Path]:
     """The synthesized environment directories under `root` (those holding an env.json), sorted."""
-    from tracerl.synthesis.envdir import ENV_JSON
-
     root = Path(root)
     if not root.is_dir():
         raise InputError(f"--env {root}: not a directory")

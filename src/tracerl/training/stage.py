@@ -25,20 +25,22 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tracerl.contracts import TrainRun
+from tracerl.contracts import ADAPTER_WEIGHTS, METRICS_FILE, SNAPSHOTS, TrainRun
 from tracerl.core.errors import InputError
+from tracerl.envs.synthetic.envdir import env_digest
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World, barrier
+from tracerl.training.run import build_trainer, resolve_env
+from tracerl.training.trainer import run_changes
 
-RUN_FILES = ("train_config.json", ckpt.METRICS, ckpt.CHECKPOINT, ckpt._OLD, "adapter_model.safetensors",
-             "adapter_config.json", "served_adapters", ckpt.SNAPSHOTS)  # what a training run writes into its folder
+RUN_FILES = ("train_config.json", METRICS_FILE, ckpt.CHECKPOINT, ckpt._OLD, ADAPTER_WEIGHTS,
+             "adapter_config.json", "served_adapters", SNAPSHOTS)  # what a training run writes into its folder
 
 
 @dataclass
 class TrainEnv:
     """What a run trains on: an environment factory and how the run records it."""
-
     make: Callable[[], Any]
     source: str  # recorded in train_config.json (an env directory or the target's name); a resumed run must match
     name: str  # shown in progress and summaries
@@ -49,9 +51,6 @@ class TrainEnv:
     @classmethod
     def resolve(cls, spec: str | Path) -> TrainEnv:
         """A synthesized environment directory (validated) or a registered environment name."""
-        from tracerl.synthesis.envdir import env_digest
-        from tracerl.training.run import resolve_env
-
         make, name, defaults = resolve_env(spec)
         digest = env_digest(spec) if Path(spec).is_dir() else None
         return cls(make, str(spec), name, defaults.get("hint_fraction"), digest=digest)
@@ -80,8 +79,6 @@ def resolve_config(config: TrainConfig, env: TrainEnv) -> TrainConfig:
 def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, force: bool,
                 world: World = World(), env_digest: str | None = None) -> bool:
     """Whether the run in `out` is resumed (the module's rules); with `force`, rank 0 first deletes it."""
-    from tracerl.training.trainer import run_changes
-
     if force:
         if world.is_main:
             clear_run(out)
@@ -117,8 +114,6 @@ def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *,
               served_model: str | None = None,
               on_step: Callable[[dict[str, Any]], None] | None = None) -> TrainSummary:
     """Train (or resume) one adapter into `out`; every input is checked before the model loads."""
-    from tracerl.training.run import build_trainer
-
     out = Path(out)
     config = resolve_config(config, env)
     resume = prepare_out(out, config, base=base, env_source=env.source, force=force, world=world, env_digest=env.digest)

@@ -47,10 +47,32 @@ from tracerl.envs.runner import Episode, rollout
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.advantages import group_advantages, informative_groups
 from tracerl.training.config import TrainConfig
-from tracerl.training.distributed import World, all_gather, all_reduce_grads_, all_reduce_sum_, barrier
-from tracerl.training.fsdp import FullState, full_parameters, full_tensor, is_sharded, load_sharded_checkpoint
-from tracerl.training.loss import BatchCounts, policy_loss, shared_prefix_length, token_logprobs
-from tracerl.training.sequences import RenderPrompt, TrainSequence, collate, training_sequence
+from tracerl.training.distributed import (
+    World,
+    all_gather,
+    all_reduce_grads_,
+    all_reduce_sum_,
+    barrier,
+)
+from tracerl.training.fsdp import (
+    FullState,
+    full_parameters,
+    full_tensor,
+    is_sharded,
+    load_sharded_checkpoint,
+)
+from tracerl.training.loss import (
+    BatchCounts,
+    policy_loss,
+    shared_prefix_length,
+    token_logprobs,
+)
+from tracerl.training.sequences import (
+    RenderPrompt,
+    TrainSequence,
+    collate,
+    training_sequence,
+)
 
 
 class RolloutBackend(Protocol):
@@ -267,12 +289,7 @@ class GRPOTrainer:
         """The opening messages of `traj`'s task without the hint, or None if it was sampled without one."""
         if not traj.info.get("hint"):
             return None
-        env = self.make_env()
-        _, info = env.reset(seed=traj.seed, options={"hint": True})
-        prompt = info.get("_prompt_without_hint")
-        if prompt is None:
-            prompt = env.reset(seed=traj.seed)[0]
-        return [m if isinstance(m, Message) else Message.model_validate(m) for m in prompt]
+        return self.make_env().reset(seed=traj.seed)[0]  # the same task's opening, reset without the hint
 
     # --------------------------------------------------------------- update ---------------------
     def update(self, sequences: list[TrainSequence]) -> dict[str, Any]:

@@ -2,7 +2,16 @@
 
 from tracerl.envs.airline.env import AirlineEnv
 from tracerl.envs.airline.policy import POLICY
-from tracerl.envs.airline.tasks import SPLITS, TEST_SEEDS, TRAIN_SEEDS, AirlineTask, SubTask, generate_task, split_of, task_seeds
+from tracerl.envs.airline.tasks import (
+    SPLITS,
+    TEST_SEEDS,
+    TRAIN_SEEDS,
+    AirlineTask,
+    SubTask,
+    generate_task,
+    split_of,
+    task_seeds,
+)
 from tracerl.envs.airline.tools import AirlineTools
 
 __all__ = [

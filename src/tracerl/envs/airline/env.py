@@ -16,11 +16,16 @@ from typing import Any
 from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.airline.data_model import AirlineDB
-from tracerl.envs.airline.policy import HINT, POLICY, with_hint
+from tracerl.envs.airline.policy import HINT, POLICY
+from tracerl.envs.airline.reference import (
+    ScriptedAirlinePolicy,
+    scripted_policy_from_spec,
+)
 from tracerl.envs.airline.tasks import SPLITS, AirlineTask, generate_task, task_seeds
 from tracerl.envs.airline.tools import AirlineTools
-from tracerl.envs.airline.user import ScriptedUser
-from tracerl.envs.base import ToolEnv
+from tracerl.envs.airline.user import airline_user
+from tracerl.envs.base import ToolEnv, UserRequest
+from tracerl.envs.prompts import with_hint
 from tracerl.envs.tools import Toolbox
 
 
@@ -50,16 +55,10 @@ class AirlineEnv(ToolEnv):
             seeds = SPLITS[self.split]
             raise ValueError(f"seed {seed} is not in the {self.split} split [{seeds.start}, {seeds.stop})")
         self.task = generate_task(seed)
-        self.user = ScriptedUser.for_airline(self.task)
+        self.user = airline_user(self.task)
         self._tools.bind(_copy(self.task.db))
-        plain = [Message.system(POLICY), Message.user(self.user.opening())]
-        hinted = bool(options.get("hint"))
-        opening = [Message.system(with_hint(POLICY, HINT)), plain[1]] if hinted else plain
-        info = self.task.info()
-        info["_task"] = self.task
-        if hinted:
-            info.update({"_hint": HINT, "_prompt_without_hint": plain})
-        return self._tools, opening, info
+        system = with_hint(POLICY, HINT) if options.get("hint") else POLICY
+        return self._tools, [Message.system(system), Message.user(self.user.opening())], self.task.info()
 
     def _user_reply(self, text: str) -> tuple[str | None, bool]:
         return self.user.reply(text)
@@ -81,6 +80,21 @@ class AirlineEnv(ToolEnv):
 
     def oracle(self, seed: int) -> list[Action]:
         return generate_task(seed).gold_actions
+
+    def reference_policy(self, spec: str, seed: int = 0, **options: Any) -> ScriptedAirlinePolicy:
+        """'oracle' or 'flawed[:p1,…]' (`tracerl.envs.airline.reference`)."""
+        return scripted_policy_from_spec(spec, seed=seed, **options)
+
+    def hint(self, seed: int) -> str:
+        return HINT
+
+    def user_requests(self, seed: int) -> list[UserRequest]:
+        """Each request of the task; a forbidden one with the write a policy ignoring the rule makes (bag
+        requests are always allowed)."""
+        task = generate_task(seed)
+        return [UserRequest(text=sub.request, user_id=task.user_id, record_id=sub.reservation_id,
+                            write=next(iter(sub.writes if sub.allowed else sub.anyway_writes), None), allowed=sub.allowed)
+                for sub in task.subtasks]
 
 
 def mentions(text: str, info: str) -> bool:

@@ -10,14 +10,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from tracerl.envs.airline.data_model import AirlineDB, Reservation, User
+from tracerl.envs.prompts import NEXT_REQUEST_RULE, rule_hint
 
 NOW = "2024-05-15 15:00"
 BAG_FEE = 50
 CERTIFICATE_PER_PASSENGER = 100
 COVERED_REASONS = ("health", "weather")
-
-# The user gives its requests one at a time (tracerl.envs.airline.user); the capability templates state this line too.
-NEXT_REQUEST_RULE = "Handle one request at a time: when it is done or denied, ask the user for the next request."
 
 POLICY = f"""You are an airline agent. The current time is {NOW}.
 Ask the user for their user id, get the user details, and get each reservation before you act on it.
@@ -29,19 +27,7 @@ Bags: free bags per passenger are basic_economy 0, economy 1, business 2, plus 1
 Compensation: only when asked, only for a cancelled flight, and only if the user is silver or gold, has insurance, or flies business. Send a certificate of {CERTIFICATE_PER_PASSENGER} x passengers.
 Tell the user every amount. {NEXT_REQUEST_RULE}"""
 
-def rule_hint(entity: str, check_tool: str) -> str:
-    """Expert guidance for a request the policy's rules decide: how to go about it, never its decision.
-    The airline's own hint and the precondition template's on a target's requests, in the same words."""
-    return (f"Before changing a {entity}, look it up with {check_tool} and compare it with the policy's rule for the "
-            "request. Act only if the rule allows it; otherwise make no change and tell the user why.")
-
-
 HINT = rule_hint("reservation", "get_reservation_details")  # what an airline episode may carry (option `hint`)
-
-
-def with_hint(system: str, hint: str) -> str:
-    """A system prompt with its expert-guidance section (the capability templates' layout)."""
-    return f"{system}\n\n## Expert guidance\n{hint}"
 
 
 _FREE_BAGS = {"basic_economy": 0, "economy": 1, "business": 2}

@@ -38,12 +38,27 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tracerl.core.messages import Action
 from tracerl.envs.airline.data_model import (
-    AirlineDB, Flight, Passenger, Payment, PaymentMethod, Reservation, ReservedFlight, User,
+    AirlineDB,
+    Flight,
+    Passenger,
+    Payment,
+    PaymentMethod,
+    Reservation,
+    ReservedFlight,
+    User,
 )
 from tracerl.envs.airline.policy import (
-    BAG_FEE, CERTIFICATE_PER_PASSENGER, NOW, cancel_check, cancel_rule, change_rule, compensation_check, compensation_rule,
+    BAG_FEE,
+    CERTIFICATE_PER_PASSENGER,
+    NOW,
+    cancel_check,
+    cancel_rule,
+    change_rule,
+    compensation_check,
+    compensation_rule,
     free_bags,
 )
+from tracerl.envs.scripted_user import opening_text
 
 TRAIN_SEEDS = range(0, 100_000)
 TEST_SEEDS = range(1_000_000, 1_100_000)
@@ -53,7 +68,6 @@ SubTaskKind = Literal["cancel", "change", "bags", "certificate"]
 _SINGLE_KINDS = (("cancel", 0.25), ("change", 0.20), ("bags", 0.15), ("certificate", 0.10), ("multi", 0.30))
 _MULTI_SIZES = ((2, 0.55), (3, 0.35), (4, 0.10))
 _MULTI_KINDS = (("cancel", 0.35), ("change", 0.25), ("bags", 0.25), ("certificate", 0.15))
-ORDINALS = ("First", "Second", "Third", "Fourth", "Fifth", "Sixth")  # the templates ask up to 6
 # how often a request is allowed by the rules (bags always are); single requests are forbidden more often
 _ALLOWED_RATES = {"single": {"cancel": 0.5, "change": 0.75, "certificate": 0.5},
                   "multi": {"cancel": 0.75, "change": 0.8, "certificate": 0.75}}
@@ -526,19 +540,6 @@ class _Builder:
         opening = opening_text([s.request for s in subs])
         return AirlineTask(seed=self.seed, task_id=f"airline-{self.seed}", task_kind=kind, user_id=user.user_id,
                            opening=opening, db=self.db, subtasks=subs)
-
-
-def opening_text(requests: list[str]) -> str:
-    """The user's first message: "Hi! I want to …." or "Hi! I have 3 requests. First, I want to …."."""
-    return f"Hi! {request_text(requests, 0)}" if len(requests) == 1 else \
-        f"Hi! I have {len(requests)} requests. {request_text(requests, 0)}"
-
-
-def request_text(requests: list[str], index: int) -> str:
-    """How the user states request `index` of several ("Second, I want to …."); one alone: "I want to …."."""
-    if len(requests) == 1:
-        return f"I want to {requests[0]}."
-    return f"{ORDINALS[index]}, I want to {requests[index]}."
 
 
 def _prices_around(cabin: str, value: int, rng: random.Random) -> dict[str, int]:

@@ -13,7 +13,15 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from tracerl.envs.airline.data_model import AirlineDB, FlightInfo, Payment, PaymentMethod, Reservation, ReservedFlight, User
+from tracerl.envs.airline.data_model import (
+    AirlineDB,
+    FlightInfo,
+    Payment,
+    PaymentMethod,
+    Reservation,
+    ReservedFlight,
+    User,
+)
 from tracerl.envs.airline.policy import BAG_FEE, flight_statuses
 from tracerl.envs.tools import Toolbox, ToolError, tool
 

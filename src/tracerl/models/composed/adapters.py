@@ -24,6 +24,7 @@ from torch import nn
 
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_json
+from tracerl.models.local import resolve_model_path
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -143,8 +144,6 @@ def same_base(a: str | None, b: str | None) -> bool:
 
 
 def _normalise(ref: str) -> str:
-    from tracerl.models.local import resolve_model_path
-
     ref = resolve_model_path(ref)
     return os.path.realpath(ref) if os.path.exists(ref) else ref.rstrip("/")
 

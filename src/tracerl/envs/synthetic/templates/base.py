@@ -22,11 +22,18 @@ from typing import Any, ClassVar
 
 from tracerl.core.messages import Action, Message, canonical_json
 from tracerl.core.tools import ToolSchema
-from tracerl.envs.airline.policy import NEXT_REQUEST_RULE, with_hint
-from tracerl.envs.airline.user import Question, ScriptedUser, request_questions
 from tracerl.envs.base import ToolEnv
+from tracerl.envs.prompts import NEXT_REQUEST_RULE, with_hint
+from tracerl.envs.scripted_user import Question, ScriptedUser, request_questions
+from tracerl.envs.synthetic.target import (
+    Target,
+    ToolFamily,
+    fill_request,
+    request_parameters,
+    tool_families,
+)
+from tracerl.envs.synthetic.values import id_value, sample_arguments
 from tracerl.envs.tools import Toolbox, ToolError, add_schema_tool
-from tracerl.synthesis.target import Target, ToolFamily, fill_request, request_parameters, tool_families
 
 # What a record's status becomes after a write tool ran, by the tool's leading verb.
 _VERB_STATUS = {
@@ -134,8 +141,6 @@ class TemplateEnv(ToolEnv):
         return names + spare[:1]
 
     def new_user_id(self, rng: random.Random) -> str | None:
-        from tracerl.synthesis.values import id_value
-
         user = self.user_tool()
         return id_value(user.parameters["properties"]["user_id"], "user_id", rng, self.target.value_examples) if user else None
 
@@ -195,12 +200,10 @@ class TemplateEnv(ToolEnv):
                      for k, v in example["write"]["arguments"].items()}
         return TargetRequest(text=fill_request(example["request"], values), arguments=arguments,
                              fields=self.record_fields(example), user=copy.deepcopy(example.get("user", {})),
-                             questions=request_questions(record_id, payment=values.get("payment_id")))
+                             questions=request_questions(record_id, entity=self.entity, payment=values.get("payment_id")))
 
     def arguments(self, act: ToolSchema, rng: random.Random, record_id: str) -> dict[str, Any]:
         """Values for every required parameter of `act` on record `record_id`, in the target's shapes."""
-        from tracerl.synthesis.values import sample_arguments
-
         return sample_arguments(act, rng, {self.id_param: record_id}, self.target.value_examples)
 
     @staticmethod
@@ -243,6 +246,9 @@ class TemplateEnv(ToolEnv):
     def oracle(self, seed: int) -> list[Action]:
         return list(self.task(seed).gold)
 
+    def hint(self, seed: int) -> str:
+        return self.task(seed).hint
+
     def system_prompt(self, task: Task, hint: bool) -> str:
         """The target's preamble, this task's rules, the target's closing lines (+ the hint)."""
         target = self.target
@@ -279,17 +285,13 @@ class TemplateEnv(ToolEnv):
             else:
                 handler = self._write_handler(name)
             add_schema_tool(toolbox, schema, handler)
-        hinted = bool(options.get("hint"))
-        opening = [Message.system(self.system_prompt(task, hinted)), Message.user(self._user.opening())]
-        plain = opening if not hinted else [Message.system(self.system_prompt(task, False)), opening[1]]
+        opening = [Message.system(self.system_prompt(task, bool(options.get("hint")))), Message.user(self._user.opening())]
         info = {
             "task_id": f"{self.capability}-{seed}",
             "capability": self.capability,
             "task_kind": task.kind,
             "difficulty": self.difficulty,
             "gold_actions": [a.model_dump() for a in task.gold],
-            "_prompt_without_hint": plain,
-            "_hint": task.hint,
         }
         return toolbox, opening, info
 
@@ -365,8 +367,6 @@ class TemplateEnv(ToolEnv):
 
     # --- record helpers ----------------------------------------------------------------------
     def new_ids(self, rng: random.Random, n: int) -> list[str]:
-        from tracerl.synthesis.values import id_value
-
         ids: list[str] = []
         while len(ids) < n:
             value = id_value(self.id_spec(), self.id_param, rng, self.target.value_examples)

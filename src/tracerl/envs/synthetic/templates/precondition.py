@@ -35,9 +35,9 @@ from typing import Any
 
 from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
-from tracerl.envs.airline.policy import rule_hint
-from tracerl.synthesis.target import ToolFamily
-from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
+from tracerl.envs.prompts import rule_hint
+from tracerl.envs.synthetic.target import ToolFamily
+from tracerl.envs.synthetic.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
 
 AMOUNT_LIMIT = 500
 

@@ -49,7 +49,7 @@ from typing import Any
 
 from tracerl.core.messages import Action, Message, ToolCall
 from tracerl.core.policy import Session
-from tracerl.envs.airline.tasks import AirlineTask, SubTask, SubTaskKind
+from tracerl.envs.airline.tasks import AirlineTask, SubTask, SubTaskKind, generate_task
 
 FAULTS = ("skip_precondition", "stop_early", "mispick", "corrupt_argument")  # p1, p2, p3, p4
 SUBTASK_KINDS = SubTaskKind.__args__  # what a fault may be scoped to
@@ -90,10 +90,10 @@ class ScriptedAirlinePolicy:
 
     def _next(self, session: Session) -> Message:
         if session.state is None:
-            task = session.info.get("_task")
-            if not isinstance(task, AirlineTask):
-                raise TypeError("the scripted airline policies need info['_task'] from the airline environment")
-            messages, drawn, planted = self.plan(task, hinted="_hint" in session.info)
+            task = generate_task(session.seed) if session.seed is not None else None
+            if task is None or task.task_id != session.info.get("task_id"):
+                raise TypeError("the scripted airline policies play the airline environment's tasks only")
+            messages, drawn, planted = self.plan(task, hinted=bool(session.options.get("hint")))
             session.state = {"plan": messages, "next": 0}
             if any(self.rates):
                 session.info["faults"] = {"drawn": drawn, "planted": planted}
@@ -257,7 +257,7 @@ def scripted_policy_from_spec(spec: str, seed: int = 0, rule_check: bool = False
             raise ValueError("'oracle' takes no parameters")
         return ScriptedAirlinePolicy(seed=seed, rule_check=rule_check, cite_values=cite_values)
     if name != "flawed":
-        raise ValueError(f"not a scripted policy: '{spec}'")
+        raise ValueError("not a reference policy of the airline domain (oracle, flawed, flawed:p1[,p2[,p3[,p4]]])")
     if not args:
         return ScriptedAirlinePolicy(DEFAULT_FLAWED_RATES, seed=seed, rule_check=rule_check, cite_values=cite_values)
     parts = [p.partition("@") for p in args.split(",")]

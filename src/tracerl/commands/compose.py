@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         adapters: list[str] = typer.Option(None, "--adapters", help="PEFT LoRA adapter directories, one per capability."),
         base: str = typer.Option(..., "--base", help="The base model the adapters were trained on (path, hub id or tiny-agent)."),
         mode: str = typer.Option("moe", "--mode", help="moe (token-level gates) | router (task-level top-1) | merge (task-level top-p weighted merge)."),
-        moe_routing: str = typer.Option("token", "--moe-routing", help="moe: token (each token routes itself) | opening (the gates' majority over the episode's opening routes all of it)."),
+        moe_routing: str = typer.Option("opening", "--moe-routing", help="moe: opening (the gates' majority over the episode's opening routes all of it; the demo's) | token (each token routes itself)."),
         out: Path = typer.Option(..., "--out", help="The composed-model directory to write."),
         capabilities: str = typer.Option(None, "--capabilities", help="capabilities.json naming and describing the adapters' capabilities."),
         trajectories: list[str] = typer.Option(None, "--trajectories", help="Rollout JSONL files with info.capability: gate training and held-out routing accuracy."),
@@ -44,15 +44,21 @@ def register(app: typer.Typer) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
         from pydantic import ValidationError
 
-        from tracerl.composition.stage import MODES, ComposeConfig, ComposeInputs, run_compose, target_lacking
+        from tracerl.composition.stage import (
+            ComposeConfig,
+            ComposeInputs,
+            run_compose,
+            target_lacking,
+        )
         from tracerl.composition.training import GateTrainingConfig
+        from tracerl.contracts import COMPOSITION_MODES
         from tracerl.core.io import describe_validation_error
 
         dirs = list(adapters or []) + list(extra_adapters or [])
         if not dirs:
             raise InputError("give the adapters with --adapters DIR [DIR …]")
-        if mode not in MODES:
-            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode not in COMPOSITION_MODES:
+            raise InputError(f"--mode must be one of {', '.join(COMPOSITION_MODES)}, got {mode!r}")
         try:
             gate = GateTrainingConfig(
                 learning_rate=learning_rate, lr_scheduler_type=lr_scheduler_type, max_steps=max_steps,

@@ -22,11 +22,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from tracerl.composition.adapters import load_adapter
-from tracerl.composition.composed import Composition, compose
-from tracerl.composition.router import TaskRouter
 from tracerl.contracts import AdapterRef, CompositionSpec, RouterSettings
 from tracerl.core.errors import InputError
+from tracerl.models.composed.adapters import load_adapter
+from tracerl.models.composed.composition import Composition, compose
+from tracerl.models.composed.router import BASE_DESCRIPTION
+from tracerl.models.local import load_model
 
 SPEC_FILE = "composition.json"
 GATES_FILE = "gates.safetensors"
@@ -117,13 +118,6 @@ def read_spec(path: str | Path) -> CompositionSpec:
     return CompositionSpec.read(path / SPEC_FILE)
 
 
-def load_base(base: str, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) of a base reference: a local HF checkpoint, a hub id or "tiny-agent"."""
-    from tracerl.models.local import load_model
-
-    return load_model(base, device=device, dtype=dtype)
-
-
 def load_composed(path: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Any:
     """Load a composed-model directory: a `ComposedModel` (an HF causal LM that routes every call)
     with `model.tracerl_composition` set.
@@ -136,12 +130,14 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
     """
     path = Path(path)
     spec = read_spec(path)
-    model, tokenizer = load_base(resolve(spec.base, path), device=device, dtype=dtype)
+    model, tokenizer = load_model(resolve(spec.base, path), device=device, dtype=dtype)
     adapters = [load_adapter(resolve(a.path, path), name=a.name) for a in spec.adapters]
-    capabilities = list(spec.capabilities)
-    composition = compose(model, adapters, capabilities, mode=spec.mode)  # type: ignore[arg-type]
-    composition.moe_routing = spec.moe_routing or "token"
-    composition.tokenizer = tokenizer
+    router = spec.router
+    composition = compose(model, adapters, list(spec.capabilities), mode=spec.mode, moe_routing=spec.moe_routing or "token",
+                          tokenizer=tokenizer, router_labels=router.labels if router else None,
+                          router_base_description=router.base_description if router else BASE_DESCRIPTION,
+                          template_kwargs=spec.template_kwargs, top_p=router.top_p if router else 0.9,
+                          name=spec.model_name)
     if composition.gates is not None:
         gates_path = path / GATES_FILE
         if not gates_path.is_file():
@@ -152,13 +148,8 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
                 gate.load_state_dict({k: state[f"gates.{i}.{k}"] for k in ("weight", "bias")})
             except (KeyError, RuntimeError) as e:
                 raise InputError(f"gates do not fit the base model ({e})", path=str(gates_path)) from None
-    if spec.router is not None:
-        composition.router = TaskRouter(
-            model, tokenizer, capabilities, labels=spec.router.labels, base_description=spec.router.base_description,
-            template_kwargs=spec.template_kwargs,
-        )
-        composition.top_p = spec.router.top_p
-        if spec.router.kind == "label-head":
+    if router is not None and composition.router is not None:
+        if router.kind == "label-head":
             head_path = path / ROUTER_HEAD_FILE
             if not head_path.is_file():
                 raise InputError(f"router kind label-head without {ROUTER_HEAD_FILE}", path=str(path))
@@ -166,8 +157,6 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
             hidden = model.config.hidden_size
             if set(head) != {"weight", "bias"} or tuple(head["weight"].shape) != (composition.num_slots, hidden):
                 raise InputError(f"the router head does not fit ({composition.num_slots} labels × hidden {hidden})", path=str(head_path))
-            device_ = next(model.parameters()).device
-            composition.router.head_weight, composition.router.head_bias = head["weight"].to(device_), head["bias"].to(device_)
+            composition.router.set_head(head["weight"], head["bias"])
     model.tracerl_tokenizer = tokenizer
-    composition.spec = spec
     return composition.composed_model

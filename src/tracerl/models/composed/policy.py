@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tracerl.composition.composed import composition_of
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Session
+from tracerl.models.composed.artifact import load_composed
+from tracerl.models.composed.composition import composition_of
 from tracerl.models.generation import GenerationRequest, generate
 from tracerl.models.local import LocalPolicy
 
@@ -101,10 +102,9 @@ def composed_server_policy(path: str, device: str | None, logprobs_mode: str, se
                            adapters: list) -> tuple[ComposedPolicy, str]:
     """`tracerl serve --model COMPOSED_DIR`: the policy for the server, and the name it is served under
     (composition.json's `model_name` unless --served-model-name is given)."""
-    from tracerl.composition.artifact import load_composed
 
     if adapters:
         raise InputError("--lora cannot be combined with a composed model (its adapters are fixed)")
     model = load_composed(path, device=device)
-    name = served_model_name or model.tracerl_composition.spec.model_name
+    name = served_model_name or model.tracerl_composition.name
     return ComposedPolicy(model, logprobs_mode=logprobs_mode, name=name), name

@@ -1,10 +1,10 @@
 """The built-in capability templates, by capability name."""
 
-from tracerl.synthesis.templates.base import MAX_DIFFICULTY, Task, TemplateEnv
-from tracerl.synthesis.templates.multi_step import MultiStepCompletionEnv
-from tracerl.synthesis.templates.precision import ToolCallPrecisionEnv
-from tracerl.synthesis.templates.precondition import PreconditionVerificationEnv
-from tracerl.synthesis.templates.structured import StructuredDataReasoningEnv
+from tracerl.envs.synthetic.templates.base import MAX_DIFFICULTY, Task, TemplateEnv
+from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
+from tracerl.envs.synthetic.templates.precision import ToolCallPrecisionEnv
+from tracerl.envs.synthetic.templates.precondition import PreconditionVerificationEnv
+from tracerl.envs.synthetic.templates.structured import StructuredDataReasoningEnv
 
 TEMPLATES: dict[str, type[TemplateEnv]] = {
     cls.capability: cls

@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 
 from tracerl.core.messages import Action
-from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.envs.synthetic.templates.base import Task, TemplateEnv
 
 CRITERIA = {  # key: (the user's words, the field compared, which end)
     "highest": ("with the highest amount", "amount", max),

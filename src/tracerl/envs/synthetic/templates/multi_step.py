@@ -22,8 +22,8 @@ from collections.abc import Collection
 
 from tracerl.core.messages import Action
 from tracerl.core.tools import ToolSchema
-from tracerl.synthesis.target import ToolFamily, is_flat
-from tracerl.synthesis.templates.base import Task, TemplateEnv
+from tracerl.envs.synthetic.target import ToolFamily, is_flat
+from tracerl.envs.synthetic.templates.base import Task, TemplateEnv
 
 
 class MultiStepCompletionEnv(TemplateEnv):

@@ -80,6 +80,11 @@ class TaskRouter:
         self.head_weight: torch.Tensor | None = None  # (N+1, H) in slot order, once `fit`
         self.head_bias: torch.Tensor | None = None
 
+    def set_head(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        """Classify with a fitted label head (N+1, H) and bias (N+1,) in slot order (`fit` makes one)."""
+        device = next(self.model.parameters()).device
+        self.head_weight, self.head_bias = weight.to(device), bias.to(device)
+
     @property
     def kind(self) -> str:
         return "zero-shot" if self.head_weight is None else "label-head"

@@ -6,8 +6,9 @@
   different seeds ⇒ not all the same task;
 - oracle: `oracle(seed)` played call by call scores 1.0 on every seed tried (≥ 20);
 - do-nothing: a policy that only answers "I can't help with that." scores < 1 on every seed;
-- hints: `reset(seed, options={"hint": True})` puts the hint in the system prompt, keeps the
-  hint-free opening in `info["_prompt_without_hint"]`, and the hint contains no gold argument value.
+- hints: `hint(seed)` gives the task's hint, `reset(seed, options={"hint": True})` puts it in the system
+  prompt and changes nothing else (a plain reset of the same seed is the opening without it, which is
+  how the trainer strips it), and the hint contains no gold argument value.
 
 `validate_env(make_env, target_tools)` runs them all and returns a `CheckReport`; a check that
 raises is a failed check whose detail names the exception — the report is never an exception.
@@ -89,10 +90,9 @@ def check_schema_fidelity(env_tools: Sequence[ToolSchema], target_tools: Sequenc
 def _fingerprint(env: Env, seed: int) -> tuple[str, str]:
     """(everything reset shows, the opening messages alone)."""
     messages, info = env.reset(seed=seed)
-    public = {k: v for k, v in info.items() if not k.startswith("_")}
     tools = [t.model_dump() for t in env.tools]
     opening = canonical_json([m.to_openai() for m in messages])
-    return canonical_json({"messages": opening, "info": public, "tools": tools}), opening
+    return canonical_json({"messages": opening, "info": info, "tools": tools}), opening
 
 
 def check_determinism(make_env: Callable[[], Env], seeds: Sequence[int]) -> CheckResult:
@@ -146,18 +146,18 @@ def check_do_nothing(make_env: Callable[[], Env], seeds: Sequence[int]) -> Check
 def check_hints(make_env: Callable[[], Env], seeds: Sequence[int]) -> CheckResult:
     for seed in seeds:
         env = make_env()
-        plain, _ = env.reset(seed=seed)
-        hinted, info = env.reset(seed=seed, options={"hint": True})
-        hint = info.get("_hint")
+        hint = env.hint(seed)
         if not hint:
-            return CheckResult(name="hints", passed=False, detail=f"seed {seed}: info['_hint'] is empty")
-        without = info.get("_prompt_without_hint")
-        if without is None or [Message.model_validate(m).to_openai() for m in without] != [m.to_openai() for m in plain]:
-            return CheckResult(name="hints", passed=False,
-                               detail=f"seed {seed}: info['_prompt_without_hint'] is not the opening without hint")
+            return CheckResult(name="hints", passed=False, detail=f"seed {seed}: the environment gives no hint")
+        plain, plain_info = env.reset(seed=seed)
+        hinted, info = env.reset(seed=seed, options={"hint": True})
         system = hinted[0].content or "" if hinted and hinted[0].role == "system" else ""
         if hint not in system:
             return CheckResult(name="hints", passed=False, detail=f"seed {seed}: the hint is not in the system prompt")
+        if [m.to_openai() for m in hinted[1:]] != [m.to_openai() for m in plain[1:]] or canonical_json(info) != \
+                canonical_json(plain_info) or not plain or plain[0].role != "system":
+            return CheckResult(name="hints", passed=False,
+                               detail=f"seed {seed}: the hinted opening differs from the plain one beyond its system prompt")
         for action in env.oracle(seed):
             for value in _leaves(action.arguments):
                 if len(value) >= 3 and value in hint:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tracerl.composition.adapters import LoRAAdapter, check_adapters
 from tracerl.core.errors import InputError
+from tracerl.models.composed.adapters import LoRAAdapter, check_adapters
 
 
 @torch.no_grad()

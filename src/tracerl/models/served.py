@@ -1,4 +1,12 @@
-"""The served policy is the trained policy: checks of a rollout server, at start-up and after every hot-swap.
+"""Rollouts from OpenAI-compatible servers that serve the adapter being trained or evaluated, and the
+checks that the served policy is that adapter.
+
+`ServerBackend`: rollouts from `RemotePolicy` (exact token records over `/v1/completions`, the
+server's log-probs are the sampling log-probs); `after_step` hot-swaps the adapter just saved on
+every server (unload, then load: vLLM's `/v1/unload_lora_adapter` and `/v1/load_lora_adapter`,
+server started with `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`) and checks it.
+
+The served policy is the trained policy: checks of a rollout server, at start-up and after every hot-swap.
 
 GRPO with rollouts from a server is only right if the server samples from the weights being trained
 and reports the log-probs of the distribution it sampled from. Nothing in the OpenAI API says so,
@@ -21,13 +29,20 @@ the same float32 model agree to ~1e-5 nats) and far below what one optimizer ste
 
 from __future__ import annotations
 
+import os
+import secrets
+import shutil
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from tracerl.core.errors import InputError
+from tracerl.core.policy import Policy
 from tracerl.envs.base import Env
+from tracerl.models.remote import RemotePolicy, RemotePolicyError, split_server_urls
 
 TOLERANCE = 2e-3  # nats
 MODE_TEMPERATURE = 0.5  # raw and temperature-scaled log-probs differ here
@@ -96,8 +111,6 @@ class ServedCheck:
 
     def base_model(self, remote: Any, server: int) -> str:
         """The server's base model name (the /v1/models entry without a parent); unreachable → InputError."""
-        from tracerl.models.remote import RemotePolicyError
-
         url = remote.base_urls[server]
         try:
             entries = remote.models(server)
@@ -110,8 +123,6 @@ class ServedCheck:
 
     def startup(self, remote: Any) -> None:
         """Every server reachable, serving a base model, with temperature-scaled log-probs."""
-        from tracerl.models.remote import RemotePolicyError
-
         raw = local_logprobs(self.model, self.prompts, 1.0, adapter=False)
         scaled = local_logprobs(self.model, self.prompts, MODE_TEMPERATURE, adapter=False)
         for server, url in enumerate(remote.base_urls):
@@ -131,8 +142,6 @@ class ServedCheck:
 
     def after_swap(self, remote: Any, adapter: str, label: str) -> None:
         """The adapter served on every server gives the trainer's log-probs, or `ServedPolicyMismatch`."""
-        from tracerl.models.remote import RemotePolicyError
-
         mine = local_logprobs(self.model, self.prompts, self.temperature, adapter=True)
         self.last_difference = []
         for server, url in enumerate(remote.base_urls):
@@ -153,3 +162,87 @@ class ServedCheck:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+class ServerBackend:
+    """Rollouts from OpenAI-compatible servers that serve the adapter under the name `adapter`.
+
+    `server_url`: one base URL, several ("a,b" or a list: episodes spread over them, the adapter
+    hot-swapped on each). With a `check` (`ServedCheck`), `start()` checks the
+    servers before any rollout and every `after_step` checks that each serves the adapter just saved.
+    """
+
+    needs_adapter_files = True
+    samples_with_model = False
+
+    def __init__(self, server_url: str | list[str], tokenizer: Any, adapter: str, *, temperature: float,
+                 max_new_tokens: int, api_key: str | None = None, max_concurrency: int = 64,
+                 check: ServedCheck | None = None):
+        self.server_urls = split_server_urls(server_url)
+        self.tokenizer, self.adapter = tokenizer, adapter
+        self.temperature, self.max_new_tokens = temperature, max_new_tokens
+        self.api_key, self.max_concurrency = api_key, max_concurrency
+        self.control = RemotePolicy(self.server_urls, tokenizer, model=adapter, api_key=api_key)
+        self.check = check
+        self.served_dir: Path | None = None  # where each swap's copy goes (default: beside the adapter)
+        self.swaps = 0
+        self._served: Path | None = None  # the copy the servers hold now
+
+    def start(self) -> None:
+        """Before any rollout: each server answers, serves a base model and reports sampling log-probs."""
+        if self.check is not None:
+            self.check.startup(self.control)
+
+    def policy(self, *, greedy: bool, seed: int) -> Policy:
+        return RemotePolicy(self.server_urls, self.tokenizer, model=self.adapter, api_key=self.api_key,
+                            temperature=0.0 if greedy else self.temperature, seed=seed,
+                            max_new_tokens=self.max_new_tokens, max_concurrency=self.max_concurrency)
+
+    def after_step(self, adapter_dir: Path) -> None:
+        """Serve the adapter just saved in `adapter_dir` on every server (unload, load), then check it.
+
+        vLLM keys its prefix cache by adapter name and path, so reloading changed weights from the
+        same path would reuse KV blocks computed with the old ones: each swap loads a fresh copy,
+        `served_dir/<n>-<random>` (the servers must be able to read it; the copy before it is removed).
+        """
+        root = Path(self.served_dir or Path(adapter_dir) / "served_adapters").resolve()
+        path = _fresh_copy(Path(adapter_dir), root / f"{self.swaps:05d}-{secrets.token_hex(4)}")  # new per process too
+        for server, url in enumerate(self.server_urls):
+            try:
+                self.control.swap_adapter(self.adapter, str(path), server=server)
+            except RemotePolicyError as e:
+                shutil.rmtree(path, ignore_errors=True)
+                raise InputError(f"{url}: cannot load the adapter at runtime ({str(e).splitlines()[0][:300]}); start "
+                                 "the server with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") from None
+        if self._served is not None:
+            shutil.rmtree(self._served, ignore_errors=True)
+        self._served = path
+        self.swaps += 1
+        if self.check is not None:
+            self.check.after_swap(self.control, self.adapter, f"after swap {self.swaps} ({path})")
+
+    def close(self) -> None:
+        """Unload the swapped-in adapter from every server and remove its copy (nothing when none was swapped in)."""
+        if self._served is None:
+            return
+        self.control.unload_adapter(self.adapter, missing_ok=True)
+        shutil.rmtree(self._served, ignore_errors=True)
+        self._served = None
+
+    def follow_after_step(self) -> None:
+        """The trainer-side forwards of `after_step`'s check (`ServedCheck.after_swap`), results unused: run by the
+        other ranks of a sharded (FSDP2) model, whose forwards are collectives, while rank 0 checks."""
+        if self.check is not None:
+            local_logprobs(self.check.model, self.check.prompts, self.check.temperature, adapter=True)
+
+
+def _fresh_copy(adapter_dir: Path, dest: Path) -> Path:
+    """The adapter's files (adapter_config.json, weights) copied into the new folder `dest`, atomically."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    for f in adapter_dir.iterdir():
+        if f.is_file() and f.name.startswith("adapter_"):
+            shutil.copy2(f, tmp / f.name)
+    os.replace(tmp, dest)
+    return dest

@@ -9,18 +9,21 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from tracerl.core.errors import InputError
-from tracerl.envs.collect import CollectConfig, run_collect, target_factory
-from tracerl.envs.registry import make_policy
-from tracerl.envs.summary import print_summary, summarize
 
 
 def collect(
-    env: Annotated[str, typer.Option(help="Environment: airline, or tau2:<domain> (τ²-bench played live; needs --tau2).")] = "airline",
-    policy: Annotated[str, typer.Option(help="Policy spec: oracle | flawed[:p1,p2,p3,p4] | any other registered spec (e.g. model).")] = "oracle",
+    env: Annotated[str, typer.Option(help="Environment: a name (`tracerl envs` lists them), package.module:factory, or tau2:<domain> (τ²-bench played live; needs --tau2).")] = "airline",
+    policy: Annotated[str, typer.Option(help="Policy spec: model[:PATH] | remote:URL[#MODEL] | a reference policy of the environment (airline: oracle, flawed[:p1,p2,p3,p4]).")] = "oracle",
     tasks: Annotated[int, typer.Option(help="Number of tasks: the first N of the split (after --offset).")] = 200,
     split: Annotated[str, typer.Option(help="Task split: train or test (test is never trained on).")] = "test",
     seed: Annotated[int, typer.Option(help="Policy seed (fault draws, sampling).")] = 0,
@@ -32,6 +35,11 @@ def collect(
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Roll a policy out on N tasks of a split and write the trajectories (same seed ⇒ same bytes)."""
+    from tracerl.core.sampling import RolloutSettings
+    from tracerl.envs.collect import CollectConfig, run_collect, target_factory
+    from tracerl.envs.summary import print_summary, summarize
+    from tracerl.models.factory import make_policy
+
     if tasks < 1:
         raise InputError(f"--tasks must be at least 1, got {tasks}")
     if batch_size < 1:
@@ -49,8 +57,10 @@ def collect(
     with Progress(TextColumn("collect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=json_output) as progress:
         bar = progress.add_task(f"{env} · {policy}", total=tasks)
-        collected = run_collect(target_factory(env, split, settings), lambda: make_policy(policy, seed=seed),
-                                CollectConfig(tasks=tasks), out, split=split, offset=offset, batch_size=batch_size,
+        make_env = target_factory(env, split, settings)
+        collected = run_collect(make_env, lambda: make_policy(policy, seed=seed, make_env=make_env),
+                                CollectConfig(tasks=tasks), out, split=split, offset=offset,
+                                rollout_settings=RolloutSettings(batch_size=batch_size),
                                 tau2_results=tau2_results, on_done=lambda _: progress.advance(bar))
     trajectories, name = collected.trajectories, collected.policy
     summary = summarize(trajectories, source=str(out))
@@ -86,6 +96,7 @@ def show(
 ) -> None:
     """Summarise a rollouts file: count, pass rate, rewards, terminations, tool calls, task kinds."""
     from tracerl.envs.loading import load_rollouts
+    from tracerl.envs.summary import print_summary, summarize
 
     summary = summarize(load_rollouts(file, tools=tools), source=str(file))
     if as_json:

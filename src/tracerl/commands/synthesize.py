@@ -45,8 +45,8 @@ def policy_factory(model: str, temperature: float, seed: int) -> Callable[[], An
 def load_bands(path: Optional[Path]):
     from pydantic import ValidationError
 
-    from tracerl.core.io import describe_validation_error, read_json
     from tracerl.contracts import CalibrationBands
+    from tracerl.core.io import describe_validation_error, read_json
 
     if path is None:
         return CalibrationBands()
@@ -165,7 +165,7 @@ def calibrate_command(
     from rich.console import Console
     from rich.table import Table
 
-    from tracerl.synthesis.envdir import load_env_spec
+    from tracerl.envs.synthetic.envdir import load_env_spec
 
     load_env_spec(env_dir)  # bad directory → one-line error before any model is loaded
     band_config = load_bands(bands)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tracerl.composition.adapters import LoRAModule
+from tracerl.models.composed.adapters import LoRAModule
 
 
 class LayerRoute:

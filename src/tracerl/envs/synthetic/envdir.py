@@ -4,7 +4,7 @@
       env.json          EnvSpec: capability, description, source ("template" | "llm"), template or
                         module, target name, difficulty, hint_fraction, max_turns
       target.json       TargetFile: the target's name, prompt title and tool schemas (tools.json entries)
-      checks.json       CheckReport: the requirement checks it passed (see `tracerl.synthesis.checks`)
+      checks.json       CheckReport: the requirement checks it passed (see `tracerl.envs.synthetic.checks`)
       calibration.json  written by calibration (see `tracerl.synthesis.calibration`)
       env.py            LLM-written environments only: a module defining `make_env(difficulty) -> Env`
 
@@ -23,8 +23,10 @@ from pathlib import Path
 
 from tracerl.contracts import CheckReport, EnvSpec, TargetFile
 from tracerl.core.errors import InputError
+from tracerl.core.io import atomic_write_text
 from tracerl.envs.base import Env
-from tracerl.synthesis.target import Target
+from tracerl.envs.synthetic.target import Target
+from tracerl.envs.synthetic.templates import TEMPLATES
 
 ENV_JSON = "env.json"
 TARGET_JSON = "target.json"
@@ -41,7 +43,7 @@ def load_env_spec(path: str | Path) -> EnvSpec:
 
 def load_target_json(path: str | Path) -> Target:
     """The target of the environment directory `path` (its target.json)."""
-    return TargetFile.read(Path(path) / TARGET_JSON).target()
+    return Target.of_file(TargetFile.read(Path(path) / TARGET_JSON))
 
 
 def write_env_dir(path: str | Path, spec: EnvSpec, target: Target, checks: CheckReport | None = None,
@@ -49,10 +51,8 @@ def write_env_dir(path: str | Path, spec: EnvSpec, target: Target, checks: Check
     """Write the directory (each file atomically); env.json last, so a directory with env.json is complete."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    TargetFile.of(target).write(path / TARGET_JSON)
+    target.file().write(path / TARGET_JSON)
     if module_source is not None:
-        from tracerl.core.io import atomic_write_text
-
         atomic_write_text(path / (spec.module or MODULE_PY), module_source)
     if checks is not None:
         checks.write(path / CHECKS_JSON)
@@ -78,8 +78,6 @@ def load_env_dir(path: str | Path, difficulty: int | None = None) -> Callable[[]
     target = load_target_json(path)
     level = spec.difficulty if difficulty is None else difficulty
     if spec.template is not None:
-        from tracerl.synthesis.templates import TEMPLATES
-
         cls = TEMPLATES.get(spec.template)
         if cls is None:
             raise InputError(f"unknown template '{spec.template}' (known: {', '.join(sorted(TEMPLATES))})",

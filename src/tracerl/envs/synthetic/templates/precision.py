@@ -22,9 +22,9 @@ from functools import cached_property
 
 from tracerl.core.messages import Action, canonical_json
 from tracerl.core.tools import ToolSchema
-from tracerl.envs.airline.policy import rule_hint
-from tracerl.synthesis.target import ToolFamily, argument_complexity, is_flat
-from tracerl.synthesis.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
+from tracerl.envs.prompts import rule_hint
+from tracerl.envs.synthetic.target import ToolFamily, argument_complexity, is_flat
+from tracerl.envs.synthetic.templates.base import TARGET_WORDED_SHARE, Task, TemplateEnv
 
 
 class ToolCallPrecisionEnv(TemplateEnv):

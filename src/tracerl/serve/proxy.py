@@ -19,12 +19,15 @@ import json
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from tracerl.composition.composed import Composition
-from tracerl.composition.router import route_names
+from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
+from tracerl.models.composed.artifact import load_composed
+from tracerl.models.composed.composition import Composition
+from tracerl.models.composed.router import route_names
 
 
 def create_router_proxy(
@@ -99,10 +102,6 @@ def create_router_proxy(
 def serve_router_proxy(composed_dir: str, upstream: str, *, host: str, port: int, served_model_name: str | None,
                        upstream_base_name: str | None, device: str | None = None) -> None:
     """`tracerl serve --router COMPOSED_DIR --upstream URL`: run the proxy in the foreground."""
-    import uvicorn
-
-    from tracerl.composition.artifact import load_composed
-    from tracerl.core.errors import InputError
 
     model = load_composed(composed_dir, device=device)
     composition = model.tracerl_composition
@@ -114,6 +113,6 @@ def serve_router_proxy(composed_dir: str, upstream: str, *, host: str, port: int
             upstream_base_name = next(m["id"] for m in listed if not m.get("parent"))
         except (httpx.HTTPError, KeyError, StopIteration, ValueError) as e:
             raise InputError(f"cannot read the upstream's base model name from {upstream}/models ({e})") from None
-    name = served_model_name or composition.spec.model_name
+    name = served_model_name or composition.name
     app = create_router_proxy(composition, upstream, served_model_name=name, upstream_base_name=upstream_base_name)
     uvicorn.run(app, host=host, port=port, log_level="info", lifespan="off")

@@ -34,7 +34,7 @@ def serve_command(
     if router is not None or upstream is not None:  # task-level routing proxy (tracerl.composition.proxy)
         if not (router and upstream):
             raise InputError("--router and --upstream go together")
-        from tracerl.composition.proxy import serve_router_proxy
+        from tracerl.serve.proxy import serve_router_proxy
 
         return serve_router_proxy(router, upstream, host=host, port=port, served_model_name=served_model_name, upstream_base_name=None, device=device)
     if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
@@ -50,7 +50,7 @@ def serve_command(
             raise InputError(f"--lora {name}: not a PEFT adapter directory: {path}")
         adapters.append((name, path))
     if (Path(model) / "composition.json").exists():  # a composed model from `tracerl compose`
-        from tracerl.composition.policy import composed_server_policy
+        from tracerl.models.composed.policy import composed_server_policy
 
         policy, served_model_name = composed_server_policy(model, device, logprobs_mode, served_model_name, adapters)
     else:
