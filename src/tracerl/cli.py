@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from rich.console import Console
 
+from tracerl import __version__
 from tracerl.core.errors import InputError
 
 try:  # typer ≥ 0.16 vendors click; its exceptions are not click's
@@ -22,6 +24,20 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+# The libraries' own deprecation notices are for tracerl's developers (the tests show them), not its users.
+LIBRARY_WARNINGS = r"(transformers|peft|torch|accelerate)(\.|$)"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tracerl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """TRACE: find the capabilities an agent lacks, train one LoRA adapter per capability, compose them."""
 
 
 _COMMAND_MODULES = (
@@ -53,6 +69,8 @@ def _register_commands() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: runs the CLI and returns its exit code (2 and one line for bad input)."""
     _register_commands()
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=LIBRARY_WARNINGS)
     try:
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
     except InputError as e:

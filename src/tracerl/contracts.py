@@ -406,6 +406,7 @@ class MetricsRow(Record):
     rollout_seconds: float | None = Field(None, description="Wall time of sampling.")
     update_seconds: float | None = Field(None, description="Wall time of the update.")
     eval_success: float | None = Field(None, description="Held-out greedy success, on evaluation steps only.")
+    eval_episodes: int | None = Field(None, description="The held-out episodes eval_success is over.")
     seconds: float | None = Field(None, description="Wall time of the whole step.")
 
 
@@ -550,7 +551,7 @@ class EvalResult(Contract):
 
 
 class CurvePoint(Record):
-    """TRACE's composed model at one intermediate budget, on the held-out target episodes."""
+    """TRACE's composed model at one budget, on the validation episodes."""
 
     step: int = Field(ge=0, description="GRPO steps every adapter had taken: their snapshots at this step were composed.")
     rollouts: int = Field(ge=0, description="Rollouts consumed there: every adapter's rollouts_used at this step "
@@ -570,15 +571,17 @@ class CurvePoint(Record):
 
 
 class TraceCurve(Contract):
-    """curve/curve.json: TRACE's held-out target success at the budgets before its final one, measured as
-    GRPO-on-target's eval_success is (the same seeds of the target's test split, as many, greedy)."""
+    """curve/curve.json: TRACE's success at each budget its adapters were evaluated at, on the validation
+    episodes GRPO-on-target's eval_success is measured on (held-out tasks of the target's train split,
+    as many, greedy)."""
 
     variant: str = Field(description="The TRACE variant whose composition was reused (trace_moe, else trace_router, "
                          "else trace_merge: the report's TRACE).")
     composed: str = Field(description="Its composed directory, relative to this file's folder: its gates or router, "
                           "fitted to the final adapters, route every point's snapshots.")
-    eval_seed_start: int = Field(description="Held-out seeds eval_seed_start + i, i below each point's episodes.")
-    points: list[CurvePoint] = Field(description="By step; the final adapters' budget is the eval stage's (eval/<variant>.json).")
+    eval_seed_start: int = Field(description="Validation seeds eval_seed_start + i, i below each point's episodes "
+                                 "(tasks of the target's train split).")
+    points: list[CurvePoint] = Field(description="By step, the final adapters' included.")
     note: str | None = Field(None, description="Why there are no points (e.g. no snapshots, evaluation off).")
 
 
@@ -685,15 +688,49 @@ class Headline(Record):
     routing_accuracy: float | None
     answer: str | None = Field(None, description="Does TRACE help here, by how much, at what budget: one sentence "
                                "(`tracerl.evaluation.report_data.answer`); None before TRACE and base are evaluated.")
+    notes: list[str] = Field(default_factory=list, description="What qualifies the answer: environments calibration "
+                             "rejected and trained anyway, adapters that learnt nothing, capabilities that passed "
+                             "selection but were left out, a best validation checkpoint that beats the last.")
+
+
+class EfficiencyPoint(Record):
+    """A method's composed model or adapter at one budget, greedy on the validation episodes."""
+
+    step: int = Field(description="GRPO steps done (0: untrained, i.e. the base).")
+    rollouts: int = Field(description="Training rollouts consumed there.")
+    passed: int
+    episodes: int
+    interval: Interval = Field(description="passed / episodes with its 95% Wilson interval.")
+
+
+class BestCheckpoint(Record):
+    """The checkpoint a method's validation curve would choose, against its last (what the test tasks measure)."""
+
+    step: int
+    success: float
+    last_step: int
+    last_success: float
+
+    @property
+    def beats_last(self) -> bool:
+        return self.success > self.last_success
 
 
 class SampleEfficiency(Record):
-    source: str = Field(description="Where each curve's points come from, in words.")
-    trace: list[tuple[float, float]] = Field(description="(rollouts, pass rate) by rollouts: curve/curve.json's "
-                                             "held-out points, then pass^1 on the test tasks at TRACE's budget.")
-    grpo_target: list[tuple[float, float]] = Field(description="The same for GRPO on the target: its eval_success "
-                                                   "rows, then its pass^1 at its budget.")
-    adapters: list[tuple[float, float]] = Field(description="Each adapter alone: (its rollouts, its pass^1).")
+    """TRACE and GRPO on the target at every budget they were measured at, on the same validation
+    episodes (held-out tasks of the target's train split, played greedily), beside their pass^1 on
+    the test tasks at their final budget."""
+
+    episodes: str = Field(description="Which validation episodes every point was played on, in words.")
+    base: EfficiencyPoint | None = Field(description="Step 0 (no training: the base) on the same episodes.")
+    trace: list[EfficiencyPoint] = Field(description="TRACE's composition of the adapters' snapshots, by step "
+                                         "(rollouts: every adapter's at that step plus the gate data's).")
+    grpo_target: list[EfficiencyPoint] = Field(description="GRPO on the target's checkpoints, by step.")
+    best: dict[str, BestCheckpoint] = Field(description="Method → the checkpoint its validation curve chooses.")
+    test: dict[str, Interval] = Field(description="Variant → pass^1 on the test tasks at its final budget "
+                                      "(eval/<variant>.json): base, TRACE, GRPO on the target.")
+    test_tasks: int = Field(description="Test tasks those were measured on.")
+    note: str | None = Field(None, description="Why a curve is missing, when one is.")
 
 
 class Outcome(Record):

@@ -56,7 +56,7 @@ from tracerl.contracts import (
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.envs.collect import run_collect, target_factory
+from tracerl.envs.collect import run_collect, target_factory, task_seeds
 from tracerl.envs.loading import load_rollouts
 from tracerl.envs.tau2_live import load_tau2_settings
 from tracerl.evaluation.curve import CurveInputs, run_curve
@@ -81,8 +81,8 @@ SECTIONS = {
     "synthesize": ["seed", "model", "rollout", "target", "synthesize", "analysis"],
     "train": ["seed", "model", "rollout", "train"],
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
-    "grpo_target": ["seed", "model", "rollout", "target", "train", "train_rejected"],
-    "curve": ["seed", "rollout", "target", "train", "compose", "train_rejected"],
+    "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
+    "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
 }
@@ -241,6 +241,13 @@ class StageFunctions:
             policy.load_adapter(name, path)
         return policy
 
+    def validation_seeds(self, c: View) -> list[int]:
+        """The validation episodes GRPO-on-target's checkpoints and TRACE's curve points are measured on:
+        `train.eval_episodes` tasks of the target's train split, right after the ones collect played (none
+        of them is trained on: GRPO draws another seed for one)."""
+        n = train_config(c.train, c.rollout, c.seed).eval_episodes
+        return task_seeds(self.target_env(c, "train"), "train", n, offset=c.collect.tasks) if n else []
+
     def selected(self) -> list[CapabilityResult]:
         return CapabilitiesFile.read(self.ws.capabilities).selected()
 
@@ -307,12 +314,17 @@ class StageFunctions:
         env.source = self.ws.rel(self.ws.env(capability))  # workspace-relative: a moved workspace resumes its runs
         return self._train_adapter(c, env, self.ws.adapter(capability), label=capability)
 
-    def _train_adapter(self, c: View, env: TrainEnv, out: Path, *, label: str,
-                       max_rollouts: int | None = None) -> dict[str, Any]:
-        """`run_train` on `env` into `out`, with this stage's config."""
+    def _train_adapter(self, c: View, env: TrainEnv, out: Path, *, label: str, max_rollouts: int | None = None,
+                       heldout: list[int] | None = None) -> dict[str, Any]:
+        """`run_train` on `env` into `out`, with this stage's config (`heldout`: the held-out seeds, when not
+        the config's own)."""
         cfg = train_config(c.train, c.rollout, c.seed)
         if max_rollouts is not None:
             cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
+        if heldout:
+            if heldout != list(range(heldout[0], heldout[0] + len(heldout))):
+                raise InputError(f"target {c.target.env}: its validation tasks {heldout[:3]}… are not consecutive seeds")
+            cfg = cfg.model_copy(update={"eval_seed_start": heldout[0]})
         unit = "steps" if max_rollouts is None else "rollouts"
         with _progress(self.console, f"train {label} ({unit})", cfg.max_steps if max_rollouts is None else max_rollouts) as bar:
             def on_step(row: dict[str, Any]) -> None:
@@ -339,9 +351,9 @@ class StageFunctions:
 
     def grpo_target(self, c: View) -> dict[str, Any]:
         env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
-                       make_eval=self.target_env(c, "test"))
+                       make_eval=self.target_env(c, "train"))
         return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
-                                   max_rollouts=self.trace_rollouts(c))
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
 
     def curve(self, c: View) -> dict[str, Any]:
         mode = COMPOSITION_MODES[trace_mode(c.compose.modes)]
@@ -350,9 +362,9 @@ class StageFunctions:
         inputs = CurveInputs(variant=mode.variant, composed=self.ws.composed(mode.name),
                              adapters={cap: self.ws.adapter(cap) for cap in self.trained_envs(c.train_rejected)},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0,
-                             seeds=cfg.heldout_seeds())
+                             seeds=self.validation_seeds(c))
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
-            curve = run_curve(inputs, c.rollout, self.target_env(c, "test"), self.ws.curve, seed=cfg.seed,
+            curve = run_curve(inputs, c.rollout, self.target_env(c, "train"), self.ws.curve, seed=cfg.seed,
                               on_done=bar.advance)
         return {"points": [[p.rollouts, p.success] for p in curve.points], "note": curve.note}
 

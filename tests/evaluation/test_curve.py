@@ -27,22 +27,21 @@ def rows(*spec: tuple[int, int, bool]) -> list[MetricsRow]:
     return [MetricsRow(step=s, rollouts_used=r, eval_success=0.5 if e else None) for s, r, e in spec]
 
 
-def test_points_are_the_shared_evaluated_snapshots_before_the_final_composition():
+def test_points_are_the_shared_evaluated_snapshots_the_final_composition_included():
     # two adapters of 6 steps × 32 rollouts, evaluated at 0, 3, 6
     a = rows((0, 0, True), (1, 32, False), (2, 64, False), (3, 96, True), (4, 128, False), (5, 160, False), (6, 192, True))
     b = rows((0, 0, True), (1, 32, False), (2, 96, False), (3, 128, True), (4, 160, False), (5, 192, False), (6, 224, True))
     snaps = {"a": [0, 3, 6], "b": [0, 3, 6]}
-    # step 0: 0 + 0 + 5 gate rollouts; step 3: 96 + 128 + 5 = 229; step 6 is the final composition (the eval stage's)
-    assert curve_steps({"a": a, "b": b}, snaps, 5) == [(0, 5), (3, 229)]
-    assert curve_steps({"a": a, "b": b}, snaps, 0) == [(0, 0), (3, 224)]
+    # step 0: 0 + 0 + 5 gate rollouts; step 3: 96 + 128 + 5 = 229; step 6, the final composition: 192 + 224 + 5
+    assert curve_steps({"a": a, "b": b}, snaps, 5) == [(0, 5), (3, 229), (6, 421)]
+    assert curve_steps({"a": a, "b": b}, snaps, 0) == [(0, 0), (3, 224), (6, 416)]
 
 
 def test_a_step_is_a_point_only_where_every_adapter_was_evaluated_and_kept_its_snapshot():
     a = rows((0, 0, True), (2, 64, True), (4, 128, True))  # ends at step 4
     b = rows((0, 0, True), (2, 80, True), (4, 150, True), (6, 200, True))  # trained on to step 6
     snaps = {"a": [0, 2, 4], "b": [0, 4, 6]}  # b kept no snapshot of step 2
-    # step 0: 0 + 0 + 10; step 2: not kept by b; step 4: 128 + 150 + 10 = 288 (b is not at its last row yet);
-    # step 6: a has no row there
+    # step 0: 0 + 0 + 10; step 2: not kept by b; step 4: 128 + 150 + 10 = 288; step 6: a has no row there
     assert curve_steps({"a": a, "b": b}, snaps, 10) == [(0, 10), (4, 288)]
     assert curve_steps({"a": a, "b": b}, {"a": [0, 2, 4]}, 10) == []  # b kept none
     assert curve_steps({}, {}, 0) == []
@@ -167,11 +166,12 @@ def test_each_point_plays_grpos_held_out_episodes_greedily(composed, tmp_path):
     (out / "step_9").mkdir(parents=True)  # a previous run's point: gone
     curve = run_curve(CurveInputs(variant="trace_moe", composed=root / "moe", adapters=runs, gate_rollouts=7,
                                   seeds=config.heldout_seeds()), config.rollout, make_env, out, seed=config.seed)
-    # step 0: 0 + 0 + 7; step 3: 96 + 128 + 7 = 231; step 6 is the final composition (the eval stage's)
-    assert [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 7, 3), (3, 231, 3)]
+    # step 0: 0 + 0 + 7; step 3: 96 + 128 + 7 = 231; step 6, the final composition: 192 + 224 + 7 = 423
+    assert [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 7, 3), (3, 231, 3), (6, 423, 3)]
     assert TraceCurve.read(out / "curve.json") == curve
     assert (out / curve.composed).resolve() == (root / "moe").resolve()
-    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "step_0", "step_0.jsonl", "step_3", "step_3.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "step_0", "step_0.jsonl", "step_3", "step_3.jsonl",
+                                                    "step_6", "step_6.jsonl"]
     model, tokenizer = load_model(str(base_dir))
     base = rollout(make_env, LocalPolicy(model, tokenizer, temperature=0.0, seed=4, max_new_tokens=6, max_batch_size=2),
                    [Episode(seed=s) for s in config.heldout_seeds()], batch_size=2)
@@ -196,4 +196,4 @@ def test_no_points_when_evaluation_is_off_or_no_snapshot_was_kept(tmp_path):
     assert TraceCurve.read(tmp_path / "curve" / "curve.json") == curve
     inputs.seeds = TrainConfig().heldout_seeds()
     curve = run_curve(inputs, RolloutSettings(), lambda: None, tmp_path / "curve", seed=0)
-    assert curve.points == [] and curve.note.startswith("no step before the last")
+    assert curve.points == [] and curve.note.startswith("no step at which every adapter")

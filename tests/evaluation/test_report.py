@@ -78,7 +78,7 @@ def episode(task_id: str, passed: bool, *, tool_text: str | None = None) -> Traj
 
 def metrics_rows(n_steps: int, start: float, end: float) -> list[dict]:
     """Rows as training.trainer writes them: a step-0 evaluation row, then one row per GRPO step."""
-    rows = [{"step": 0, "rollouts_used": 0, "eval_success": start}]
+    rows = [{"step": 0, "rollouts_used": 0, "eval_success": start, "eval_episodes": 32}]
     for step in range(1, n_steps + 1):
         frac = step / n_steps
         row = {"step": step, "rollouts_used": step * 64, "reward_mean": round(start + (end - start) * frac, 4),
@@ -86,6 +86,7 @@ def metrics_rows(n_steps: int, start: float, end: float) -> list[dict]:
                "groups_sampled": 8, "informative_groups": 6, "sampling_rounds": 1, "loss": 0.1 - 0.005 * step}
         if step % 5 == 0:
             row["eval_success"] = round(start + (end - start) * frac * 0.9, 4)
+            row["eval_episodes"] = 32
         row["seconds"] = 1.5
         rows.append(row)
     return rows
@@ -252,7 +253,8 @@ def test_report_of_a_complete_workspace(built):
     assert page.count('src="data:image/png;base64,') == len(figures)
     assert not re.search(r'(src|href)\s*=\s*"(?!data:|#)', page), "the page must not reference any other file"
     assert "<script" not in page
-    for text in ("precondition_verification", "empathetic_tone", "ER+ = 0", "Routing accuracy", "87.5%", "decoy",
+    for text in ("precondition_verification", "empathetic_tone", "ER+ = 0", "Routing (moe)", "87.5%", "decoy",
+                 "held-out openings of the capability environments", "tasks of the target's train split",
                  'title="cancelled first"', "2 ✗ → 3 ✓", "10% / 15% / 75%", "per-token majority of the gates",
                  "58.3%", "33.3%", "Task test_2", "Task test_10", "get_reservation_details",
                  "tool result · cancel_reservation", "Error: reservation not found", "target: airline"):
@@ -292,41 +294,39 @@ def test_the_answer_reads_the_paired_intervals(diff, vs_grpo, grpo_rollouts, exp
 
 def test_sample_efficiency_derived_from_variants_and_grpo_metrics(built):
     se = load_summary(built[0])["sample_efficiency"]
-    assert "(no earlier point: curve/curve.json not written yet)" in se["source"]
-    assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
-    # GRPO: its eval_success rows (steps 0, 5, 10 → rollouts 0, 320, 640), then its test pass^1 at its budget.
-    rows = metrics_rows(10, 0.33, 0.4)
-    expected = [[r["rollouts_used"], r["eval_success"]] for r in rows if "eval_success" in r] + [[2120, 5 / 12]]
-    assert se["grpo_target"] == [[x, pytest.approx(y)] for x, y in expected]
-    assert se["adapters"] == [[640, pytest.approx(p)] for p in sorted([5 / 12, 4 / 12, 4 / 12])]
+    assert se["trace"] == [] and "TRACE: curve/curve.json not written yet" in se["note"]
+    # GRPO: its validation rows (steps 0, 5, 10 → rollouts 0, 320, 640; 0.33, 0.3615, 0.393 of 32 episodes)
+    assert [(p["step"], p["rollouts"], p["passed"], p["episodes"]) for p in se["grpo_target"]] == [
+        (0, 0, 11, 32), (5, 320, 12, 32), (10, 640, 13, 32)]
+    assert se["base"]["passed"] == 11 and se["base"]["step"] == 0  # GRPO's step 0: nothing trained yet
+    low, high = se["grpo_target"][0]["interval"]["low"], se["grpo_target"][0]["interval"]["high"]
+    assert low < 11 / 32 < high
+    assert se["best"] == {"grpo_target": {"step": 10, "success": 13 / 32, "last_step": 10, "last_success": 13 / 32}}
+    assert set(se["test"]) == {"base", "trace_moe", "grpo_target"} and se["test_tasks"] == 12
+    assert se["episodes"].startswith("32 held-out tasks of the target's train split")
 
 
-def test_trace_curve_points_come_before_traces_final_pass1(tmp_path):
+def test_trace_curve_points_are_on_the_validation_episodes(tmp_path):
     from tracerl.contracts import CurvePoint, TraceCurve
 
     ws = make_workspace(tmp_path)
-    curve = TraceCurve(variant="trace_moe", composed="../composed", eval_seed_start=1_000_000, points=[
-        CurvePoint(step=0, rollouts=0, passed=8, episodes=32), CurvePoint(step=5, rollouts=960, passed=12, episodes=32)])
+    curve = TraceCurve(variant="trace_moe", composed="../composed", eval_seed_start=200, points=[
+        CurvePoint(step=0, rollouts=0, passed=8, episodes=32), CurvePoint(step=5, rollouts=960, passed=16, episodes=32),
+        CurvePoint(step=10, rollouts=2120, passed=12, episodes=32)])
     curve.write(ws / "curve" / "curve.json")
     se = summary_of(ws)["sample_efficiency"]
-    # the curve's own point at 0 (8 of 32), not the base's 4 of 12; then 12 of 32 at 960; then trace_moe's 7 of 12
-    assert se["trace"] == [[0, 0.25], [960, 0.375], [2120, pytest.approx(7 / 12)]]
-    assert se["grpo_target"][0] == [0, pytest.approx(0.33)]  # GRPO's own step-0 row
-    assert ("TRACE: 2 points of curve/curve.json (the trace_moe composition of the adapters' snapshots at steps 0, 5, "
-            "its gates or router reused; 32 held-out target episodes each, greedy), then eval/trace_moe.json's "
-            "pass^1 at its whole budget") in se["source"]
-    assert "GRPO on the target: 3 eval_success rows of baselines/grpo_target/metrics.jsonl" in se["source"]
-    # without a point at 0, the base's pass^1 stands there, as for GRPO
-    curve.model_copy(update={"points": curve.points[1:]}).write(ws / "curve" / "curve.json")
-    assert summary_of(ws)["sample_efficiency"]["trace"] == [[0, pytest.approx(4 / 12)], [960, 0.375],
-                                                             [2120, pytest.approx(7 / 12)]]
+    assert [(p["step"], p["rollouts"], p["passed"]) for p in se["trace"]] == [(0, 0, 8), (5, 960, 16), (10, 2120, 12)]
+    assert "(seeds 200–231)" in se["episodes"] and se["note"] is None
+    # TRACE's best checkpoint (step 5) beats its last: the headline says so
+    assert se["best"]["trace"] == {"step": 5, "success": 0.5, "last_step": 10, "last_success": 0.375}
+    notes = summary_of(ws)["headline"]["notes"]
+    assert "TRACE's best validation checkpoint (step 5, 50.0%) beats its last (step 10, 37.5%)" in " ".join(notes)
     # a curve of another composition than the report's TRACE is not drawn as TRACE's
     curve.model_copy(update={"variant": "trace_router"}).write(ws / "curve" / "curve.json")
     se = summary_of(ws)["sample_efficiency"]
-    assert se["trace"] == [[0, pytest.approx(4 / 12)], [2120, pytest.approx(7 / 12)]]
-    assert "(no earlier point: curve/curve.json measures trace_router, not trace_moe)" in se["source"]
+    assert se["trace"] == [] and "curve/curve.json measures trace_router, not trace_moe" in se["note"]
     curve.model_copy(update={"points": [], "note": "train.eval_episodes is 0"}).write(ws / "curve" / "curve.json")
-    assert "(no earlier point: train.eval_episodes is 0)" in summary_of(ws)["sample_efficiency"]["source"]
+    assert "TRACE: train.eval_episodes is 0" in summary_of(ws)["sample_efficiency"]["note"]
 
 
 def test_report_is_deterministic_and_a_bad_input_leaves_it_untouched(tmp_path):
@@ -428,7 +428,7 @@ def test_trace_router_stands_in_when_moe_is_missing(tmp_path):
     (ws / "eval" / "trace_moe.jsonl").rename(ws / "eval" / "trace_router.jsonl")
     summary = summary_of(ws)
     assert summary["headline"]["trace"]["variant"] == "trace_router"
-    assert summary["sample_efficiency"]["trace"][-1] == [1920, pytest.approx(6 / 12)]
+    assert summary["sample_efficiency"]["test"]["trace_router"]["mean"] == pytest.approx(6 / 12)
     assert summary["examples"]  # drawn from trace_router.jsonl
 
 

@@ -104,8 +104,8 @@ def register(app: typer.Typer) -> None:
             return
         table = Table(title=f"composed {spec.model_name} ({spec.mode}) → {out}")
         table.add_column("slot", justify="right")
-        table.add_column("capability")
-        table.add_column("adapter")
+        table.add_column("capability", overflow="fold")
+        table.add_column("adapter", overflow="fold")
         table.add_column("held-out routing accuracy", justify="right")
         per = spec.routing_accuracy.per_capability if spec.routing_accuracy else {}
         table.add_row("0", "base", "—", "")

@@ -42,7 +42,7 @@ def print_headline(summary: ReportSummary, console) -> None:
     if summary.evaluation:
         table = Table(title="Evaluation on held-out test tasks")
         for column in ("variant", "pass^1", "95% CI", "vs base", "rollouts"):
-            table.add_column(column, justify="left" if column == "variant" else "right")
+            table.add_column(column, justify="left" if column == "variant" else "right", overflow="fold")
         trace = summary.headline.trace.variant if summary.headline.trace else None
         for name, e in summary.evaluation.items():
             p, d = e.pass1, e.diff_vs_base

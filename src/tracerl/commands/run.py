@@ -58,7 +58,7 @@ def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[
 
     pipeline.run(force=set(force), only=only, on_stage=on_stage)
     table = Table(title=f"tracerl run — {workspace} ({time.time() - start:.0f} s)")
-    table.add_column("stage")
+    table.add_column("stage", overflow="fold")
     table.add_column("ran")
     table.add_column("summary", overflow="fold")
     for row in pipeline.log:

@@ -79,7 +79,7 @@ def print_table(document: CapabilitiesFile, out: Path) -> None:
     console = Console()
     wide = console.width >= 120  # the intervals and notes only where they fit
     table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("capability", no_wrap=True)
+    table.add_column("capability", overflow="fold")
     table.add_column("Cov", justify="right", no_wrap=True)
     table.add_column("Δ", justify="right", no_wrap=True)
     table.add_column("runs", justify="right", no_wrap=True)
@@ -87,7 +87,7 @@ def print_table(document: CapabilitiesFile, out: Path) -> None:
     if wide:
         table.add_column("Cov 95% CI", justify="right", no_wrap=True)
         table.add_column("Δ 95% CI", justify="right", no_wrap=True)
-        table.add_column("note")
+        table.add_column("note", overflow="fold")
     for c in document.capabilities:
         notes = []
         if c.decoy:

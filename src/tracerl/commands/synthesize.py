@@ -126,7 +126,8 @@ def synthesize(
         typer.echo(json.dumps(index.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         table = Table(title=f"environments for {tgt.name}")
-        for col in ("capability", "source", "oracle 1.0", "schema", "band", "diff.", "pass@1/16"):
+        table.add_column("capability", overflow="fold")
+        for col in ("source", "oracle 1.0", "schema", "band", "diff.", "pass@1/16"):
             table.add_column(col, no_wrap=True)
         notes = []
         for outcome, cal in rows:

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
             return
         table = Table(title="GRPO adapters")
         for col in ("capability", "steps", "rollouts", "eval success (step 0 → last)", "seconds", "adapter"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for s in summaries:
             first, last = s["eval_success_first"], s["eval_success_last"]
             gain = "—" if first is None else f"{first:.3f} → {last:.3f} ({100 * (last - first):+.1f} pts)"

@@ -1,16 +1,16 @@
-"""`run_curve`: TRACE's sample-efficiency curve — the composed model at the budgets before its final
-one, measured as GRPO-on-target's `eval_success` is, so the two curves compare point for point.
+"""`run_curve`: TRACE's sample-efficiency curve — the composed model at every budget its adapters were
+evaluated at, measured as GRPO-on-target's `eval_success` is, so the two curves compare point for point.
 
 Every trainer keeps the adapter each of its evaluations measured (`snapshots/step_<n>/`,
 `tracerl.training.checkpoint`). At each step where every adapter logged an evaluation and kept its
-snapshot, except the step where all of them are at their last row (that composition is the final
-one, which the eval stage measures on the whole test set: `eval/<variant>.json`), the snapshots are
-composed with the TRACE composition's recipe and played greedily on the target's test split at
-`TrainConfig.heldout_seeds()` — GRPO-on-target's evaluation episodes, as many. The gates (moe) or
-router head (router, merge) are not fitted again: the ones fitted to the final adapters route every
-point's snapshots (`composition.artifact.with_adapters`), so no point pays for composing twice and
-the gate data's rollouts are counted once. A point's rollouts are the adapters' `rollouts_used` at
-its step, summed, plus the gate-data rollouts, as TRACE's final budget counts them.
+snapshot, the snapshots are composed with the TRACE composition's recipe and played greedily on the
+validation episodes — held-out tasks of the target's train split, GRPO-on-target's evaluation
+episodes, as many (`CurveInputs.seeds`). The gates (moe) or router head (router, merge) are not fitted
+again: the ones fitted to the final adapters route every point's snapshots
+(`tracerl.models.composed.artifact.with_adapters`), so no point pays for composing twice and the gate
+data's rollouts are counted once. A point's rollouts are the adapters' `rollouts_used` at its step,
+summed, plus the gate-data rollouts, as TRACE's final budget counts them. The final composition is a
+point too; the eval stage measures it on the test tasks as well (`eval/<variant>.json`).
 
 Writes `<out>/curve.json` (`TraceCurve`), each point's composed directory `<out>/step_<n>/` (loadable
 with `load_composed`, servable with `tracerl serve --model`) and its episodes, `<out>/step_<n>.jsonl`.
@@ -55,8 +55,7 @@ class CurveInputs:
 def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Iterable[int]],
                 gate_rollouts: int) -> list[tuple[int, int]]:
     """(step, rollouts) of each point: the steps where every adapter has a row with eval_success and a
-    snapshot, but a step where every adapter is at its last row; rollouts = the adapters' rollouts_used
-    at the step, summed, + `gate_rollouts`."""
+    snapshot; rollouts = the adapters' rollouts_used at the step, summed, + `gate_rollouts`."""
     if not metrics:
         return []
     common: set[int] | None = None
@@ -65,8 +64,6 @@ def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Itera
         common = have if common is None else common & have
     points = []
     for step in sorted(common or ()):
-        if all(rows[-1].step == step for rows in metrics.values()):
-            continue  # the final composition: the eval stage's
         used = sum(next(r for r in rows if r.step == step).rollouts_used for rows in metrics.values())
         points.append((step, used + gate_rollouts))
     return points
@@ -89,9 +86,9 @@ def run_curve(inputs: CurveInputs, rollout_settings: RolloutSettings, make_env: 
     steps = curve_steps(metrics, kept, inputs.gate_rollouts) if inputs.seeds else []
     note = None
     if not inputs.seeds:
-        note = "train.eval_episodes is 0: GRPO's held-out evaluation is off, and so are these points"
+        note = "train.eval_episodes is 0: the validation episodes are off, and so are these points"
     elif not steps:
-        note = "no step before the last at which every adapter logged an evaluation and kept its snapshot"
+        note = "no step at which every adapter logged an evaluation and kept its snapshot"
     points = []
     for step, used in steps:
         folder = out / f"step_{step}"

@@ -13,7 +13,12 @@ import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tracerl.contracts import CalibrationResult, CapabilitiesFile, EvalResult
+from tracerl.contracts import (
+    CalibrationResult,
+    CapabilitiesFile,
+    EvalResult,
+    SampleEfficiency,
+)
 from tracerl.evaluation.report_data import TrainingCurve
 
 COLORS = {
@@ -189,30 +194,48 @@ def evaluation_plot(evaluation: dict[str, EvalResult]) -> bytes:
         return _png(fig)
 
 
-def sample_efficiency_plot(series: dict, base_pass1: float | None) -> bytes:
-    """Target pass rate against rollouts consumed: TRACE vs GRPO on the target (and single adapters)."""
-    with _figure(6.4, 4.0) as fig:
-        ax = fig.add_subplot()
-        if base_pass1 is not None:
-            ax.axhline(base_pass1 * 100, color=COLORS["base"], ls=":", lw=1.2, label="base")
-        grpo = series.get("grpo_target") or []
-        trace = series.get("trace") or []
-        adapters = series.get("adapters") or []
-        if grpo:
-            ax.plot([p[0] for p in grpo], [p[1] * 100 for p in grpo], "s-", color=COLORS["grpo_target"],
-                    ms=5, lw=1.8, label="GRPO on target")
-        if adapters:
-            ax.plot([p[0] for p in adapters], [p[1] * 100 for p in adapters], "D", color=COLORS["adapter"],
-                    ms=6, ls="none", label="single adapter")
-        if trace:
-            ax.plot([p[0] for p in trace], [p[1] * 100 for p in trace], "o-", color=COLORS["accent"],
-                    ms=7, lw=2.4, label="TRACE")
-            ax.axvline(trace[-1][0], color=COLORS["accent"], ls="--", lw=0.8, alpha=0.5)
-        ax.set_xlabel("rollouts consumed (all adapters + gate training for TRACE)")
-        ax.set_ylabel("target pass^1, %")
+def sample_efficiency_plot(se: SampleEfficiency, trace_variant: str | None) -> bytes:
+    """Left: validation pass rate against rollouts consumed, TRACE and GRPO on the target on the same
+    episodes, each point with its 95% interval, the base's band across. Right: pass^1 on the test tasks
+    at each one's final budget, with its 95% interval."""
+    panels = 2 if se.test else 1
+    with _figure(5.6 + 3.4 * (panels - 1), 4.0) as fig:
+        axes = fig.subplots(1, panels, squeeze=False, width_ratios=[5.6, 3.4][:panels])[0]
+        ax = axes[0]
+        if se.base is not None:
+            ax.axhspan(se.base.interval.low * 100, se.base.interval.high * 100, color=COLORS["base"], alpha=0.15, lw=0)
+            ax.axhline(se.base.interval.mean * 100, color=COLORS["base"], ls=":", lw=1.2, label="base (step 0)")
+        for points, label, color, marker in ((se.grpo_target, "GRPO on target", COLORS["grpo_target"], "s"),
+                                             (se.trace, "TRACE", COLORS["accent"], "o")):
+            if not points:
+                continue
+            xs = [p.rollouts for p in points]
+            ys = [p.interval.mean * 100 for p in points]
+            errors = [[(p.interval.mean - p.interval.low) * 100 for p in points],
+                      [(p.interval.high - p.interval.mean) * 100 for p in points]]
+            ax.errorbar(xs, ys, yerr=errors, fmt=f"{marker}-", color=color, ecolor=color, elinewidth=1, capsize=3,
+                        ms=6, lw=1.8, label=label)
+        ax.set_xlabel("training rollouts consumed (TRACE: every adapter + gate data)")
+        ax.set_ylabel("validation pass rate, % (95% interval)")
         ax.set_ylim(0, 100)
-        ax.set_title("Sample efficiency")
+        ax.set_title(f"Validation: {(se.grpo_target or se.trace)[0].episodes} train-split tasks", fontsize=10)
         ax.legend(fontsize=8, loc="best")
+        if se.test:
+            ax = axes[1]
+            names = list(se.test)
+            xs = range(len(names))
+            for x, name in zip(xs, names, strict=True):
+                i = se.test[name]
+                color = COLORS["accent"] if name == trace_variant else variant_color(name)
+                ax.bar(x, i.mean * 100, color=color, width=0.6)
+                ax.errorbar(x, i.mean * 100, yerr=[[(i.mean - i.low) * 100], [(i.high - i.mean) * 100]], fmt="none",
+                            ecolor=COLORS["ink"], capsize=3, lw=1)
+                ax.text(x, i.high * 100 + 2, f"{i.mean * 100:.1f}", ha="center", fontsize=8, color=COLORS["ink"])
+            ax.set_xticks(list(xs), names, fontsize=8, rotation=15)
+            ax.set_ylim(0, 100)
+            ax.set_ylabel("test pass^1, % (95% interval)")
+            ax.set_title(f"Test: {se.test_tasks} tasks, final budget", fontsize=10)
+            ax.grid(axis="x", visible=False)
         return _png(fig)
 
 

@@ -50,9 +50,7 @@ def draw_figures(data: ReportData) -> dict[str, bytes]:
     if data.evaluation:
         figures["evaluation"] = plots.evaluation_plot(data.evaluation)
     if data.sample_efficiency is not None:
-        base = data.evaluation.get("base")
-        figures["sample_efficiency"] = plots.sample_efficiency_plot(
-            data.sample_efficiency, base.pass1.mean if base else None)
+        figures["sample_efficiency"] = plots.sample_efficiency_plot(data.sample_efficiency, data.trace_variant)
     return figures
 
 

@@ -18,9 +18,11 @@ from pydantic import BaseModel, Field
 
 from tracerl.contracts import (
     COMPOSITION_MODES,
+    BestCheckpoint,
     CalibrationResult,
     CapabilitiesFile,
     CompositionSpec,
+    EfficiencyPoint,
     EvalResult,
     Headline,
     HeadlineEntry,
@@ -42,7 +44,7 @@ from tracerl.contracts import (
 from tracerl.core.errors import InputError
 from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
-from tracerl.evaluation.stats import paired_difference
+from tracerl.evaluation.stats import paired_difference, wilson_interval
 
 # Display order of the evaluation variants; `adapter:<capability>` ones go after the baselines.
 VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "adapter:", "trace_merge", "trace_router", "trace_moe")
@@ -91,7 +93,7 @@ class ReportData(BaseModel):
     composition: CompositionSpec | None = None
     routing_accuracy: float | None = None
     routing_accuracy_by_capability: dict[str, float] = Field(default_factory=dict)
-    sample_efficiency: dict[str, Any] | None = None  # {"source", "trace", "grpo_target", "adapters"}
+    sample_efficiency: SampleEfficiency | None = None
     trace_variant: str | None = None
     trace_vs_grpo: Interval | None = None  # paired difference over tasks, TRACE − GRPO-on-target
     examples: list[Example] = Field(default_factory=list)
@@ -112,7 +114,7 @@ class ReportData(BaseModel):
             routing_accuracy=self.routing_accuracy,
             routing_accuracy_by_capability=self.routing_accuracy_by_capability,
             composition=self.composition,
-            sample_efficiency=SampleEfficiency(**self.sample_efficiency) if self.sample_efficiency else None,
+            sample_efficiency=self.sample_efficiency,
             examples=[ExampleSummary(task_id=ex.task_id, base=_outcome(ex.base), trace=_outcome(ex.trace))
                       for ex in self.examples],
             missing=self.missing,
@@ -132,6 +134,7 @@ class ReportData(BaseModel):
                             prompt_capabilities=entry("prompt_capabilities"), trace_vs_grpo_target=self.trace_vs_grpo,
                             routing_accuracy=self.routing_accuracy)
         headline.answer = answer(headline)
+        headline.notes = headline_notes(self)
         return headline
 
     def _all_curves(self) -> dict[str, TrainingCurve]:
@@ -165,6 +168,31 @@ def answer(headline: Headline) -> str | None:
                            f"{headline.grpo_target.rollouts_used:,}.")
         return text + f"; both with {trace.rollouts_used:,} training rollouts."
     return text + f", with {trace.rollouts_used:,} training rollouts."
+
+
+def headline_notes(data: ReportData) -> list[str]:
+    """What qualifies the headline's answer, one sentence each."""
+    notes = []
+    if data.trained_rejected:
+        names = ", ".join(data.trained_rejected)
+        notes.append(f"Calibration rejected the environment{'s' if len(data.trained_rejected) > 1 else ''} of {names} "
+                     "(outside TRACE's bands); the run trained on them anyway (train_rejected).")
+    flat = [name for name, c in data.training.items()
+            if (f := c.final()).eval_success is not None and f.eval_success_start is not None
+            and f.eval_success <= f.eval_success_start]
+    if flat:
+        notes.append(f"Learnt nothing on its own environment's held-out episodes: {', '.join(flat)} (held-out success "
+                     "at the last evaluation no higher than before training).")
+    for c in data.capabilities.capabilities if data.capabilities else []:
+        if not c.selected and c.note:
+            notes.append(f"{c.name} passed selection's thresholds but was left out: {c.note}.")
+    se = data.sample_efficiency
+    for name, label in (("grpo_target", "GRPO on the target"), ("trace", "TRACE")):
+        best = se.best.get(name) if se else None
+        if best is not None and best.beats_last:
+            notes.append(f"{label}'s best validation checkpoint (step {best.step}, {pct(best.success)}) beats its last "
+                         f"(step {best.last_step}, {pct(best.last_success)}); the test tasks measure the last.")
+    return notes
 
 
 def pct(x: float | None) -> str:
@@ -294,68 +322,53 @@ def _read_composition(ws: Path, data: ReportData) -> None:
 
 
 def _read_sample_efficiency(ws: Path, data: ReportData) -> None:
-    """Held-out target success against rollouts consumed, both curves measured alike: GRPO-on-target's
-    eval_success rows and TRACE's curve points (curve/curve.json: the composition of the adapters'
-    snapshots), each on the same held-out target episodes, then each one's final pass^1 on the test
-    tasks at its whole budget (eval/<variant>.json); the base's pass^1 at 0 rollouts where a curve
-    has no point there."""
-    adapters = sorted(
-        ([e.rollouts_used, e.pass1.mean] for v, e in data.evaluation.items() if v.startswith("adapter:")),
-    )
-    base = data.evaluation.get("base")
-    trace = data.evaluation.get(data.trace_variant) if data.trace_variant else None
-    grpo = data.evaluation.get("grpo_target")
+    """TRACE and GRPO on the target at each budget they were evaluated at, on the same validation episodes:
+    TRACE's curve points (curve/curve.json: the composition of the adapters' snapshots, step by step) and
+    GRPO-on-target's eval_success rows (baselines/grpo_target/metrics.jsonl), with the base on those
+    episodes (step 0: nothing trained yet); beside them, each one's pass^1 on the test tasks at its final
+    budget (eval/<variant>.json). Each method's best validation checkpoint is set against its last."""
     curve_path = ws / "curve" / "curve.json"
     curve = TraceCurve.read(curve_path) if curve_path.is_file() else None
-    why = "curve/curve.json not written yet" if curve is None else curve.note
-    if curve is not None and curve.variant != data.trace_variant:
-        why = f"curve/curve.json measures {curve.variant}, not {data.trace_variant}"
+    notes = []
+    if curve is not None and data.trace_variant is not None and curve.variant != data.trace_variant:
+        notes.append(f"curve/curve.json measures {curve.variant}, not {data.trace_variant}")
         curve = None  # the curve of a composition the report does not show as TRACE
-    trace_points: list[list[float]] = []
-    grpo_points: list[list[float]] = []
-    if trace is not None:
-        trace_points = [[p.rollouts, p.success] for p in curve.points] if curve else []
-        trace_points.append([trace.rollouts_used, trace.pass1.mean])
-    if data.grpo_training is not None:
-        grpo_points = [[r.rollouts_used, r.eval_success] for r in data.grpo_training.rows if r.eval_success is not None]
-    if grpo is not None:
-        grpo_points = [p for p in grpo_points if p[0] != grpo.rollouts_used] + [[grpo.rollouts_used, grpo.pass1.mean]]
-    for points in (trace_points, grpo_points):
-        if points and base is not None and all(p[0] != 0 for p in points):
-            points.insert(0, [0, base.pass1.mean])
-    if not trace_points and not grpo_points:
-        data.missing["sample_efficiency"] = "no TRACE or GRPO-on-target results yet (eval stage)."
+    elif curve is None:
+        notes.append("TRACE: curve/curve.json not written yet")
+    elif curve.note:
+        notes.append(f"TRACE: {curve.note}")
+    trace = [EfficiencyPoint(step=p.step, rollouts=p.rollouts, passed=p.passed, episodes=p.episodes,
+                             interval=wilson_interval(p.passed, p.episodes)) for p in curve.points] if curve else []
+    grpo = []
+    for r in data.grpo_training.rows if data.grpo_training is not None else []:
+        if r.eval_success is not None and r.eval_episodes:
+            passed = round(r.eval_success * r.eval_episodes)
+            grpo.append(EfficiencyPoint(step=r.step, rollouts=r.rollouts_used, passed=passed, episodes=r.eval_episodes,
+                                        interval=wilson_interval(passed, r.eval_episodes)))
+    if data.grpo_training is not None and not grpo:
+        notes.append("GRPO on the target logged no validation episodes")
+    if not trace and not grpo:
+        data.missing["sample_efficiency"] = "; ".join(notes) or "no curve measured yet"
         return
-    data.sample_efficiency = {
-        "source": sample_efficiency_source(data, curve, why),
-        "trace": sorted(trace_points),
-        "grpo_target": sorted(grpo_points),
-        "adapters": adapters,
-    }
+    base = next((p for p in grpo + trace if p.step == 0), None)
+    tests = {v: e for v in ("base", data.trace_variant, "grpo_target") if v and (e := data.evaluation.get(v))}
+    episodes = (grpo or trace)[0].episodes
+    start = curve.eval_seed_start if curve else None
+    where = f" (seeds {start}–{start + episodes - 1})" if start is not None else ""
+    data.sample_efficiency = SampleEfficiency(
+        episodes=f"{episodes} held-out tasks of the target's train split{where}, greedy, none of them trained on",
+        base=base, trace=trace, grpo_target=grpo,
+        best={name: best_checkpoint(points) for name, points in (("trace", trace), ("grpo_target", grpo)) if points},
+        test={v: e.pass1 for v, e in tests.items()}, test_tasks=max((e.n_tasks for e in tests.values()), default=0),
+        note="; ".join(notes) or None)
 
 
-def sample_efficiency_source(data: ReportData, curve: TraceCurve | None, why: str | None) -> str:
-    """Where each curve's points come from, in words (`why`: why TRACE has no point before its last)."""
-    grpo_rows = [r for r in data.grpo_training.rows if r.eval_success is not None] if data.grpo_training else []
-    parts = []
-    if data.trace_variant in data.evaluation:
-        if curve is not None and curve.points:
-            episodes = sorted({p.episodes for p in curve.points})
-            parts.append(f"TRACE: {len(curve.points)} points of curve/curve.json (the {data.trace_variant} composition "
-                         f"of the adapters' snapshots at steps {', '.join(str(p.step) for p in curve.points)}, its "
-                         f"gates or router reused; {'/'.join(map(str, episodes))} held-out target episodes each, "
-                         f"greedy), then eval/{eval_file_stem(data.trace_variant)}.json's pass^1 at its whole budget")
-        else:
-            parts.append(f"TRACE: eval/{eval_file_stem(data.trace_variant)}.json's pass^1 at its whole budget "
-                         f"(no earlier point{f': {why}' if why else ''})")
-    if grpo_rows or "grpo_target" in data.evaluation:
-        parts.append(f"GRPO on the target: {len(grpo_rows)} eval_success rows of baselines/grpo_target/metrics.jsonl "
-                     "(held-out target episodes, greedy)"
-                     + (", then eval/grpo_target.json's pass^1 at its whole budget (in place of the row there)"
-                        if "grpo_target" in data.evaluation else ""))
-    if "base" in data.evaluation:
-        parts.append("base: eval/base.json's pass^1 at 0 rollouts where a curve has no point there")
-    return "; ".join(parts)
+def best_checkpoint(points: list[EfficiencyPoint]) -> BestCheckpoint:
+    """The earliest step of the highest validation success, against the last step."""
+    best = max(points, key=lambda p: (p.interval.mean, -p.step))
+    last = points[-1]
+    return BestCheckpoint(step=best.step, success=best.interval.mean, last_step=last.step,
+                          last_success=last.interval.mean)
 
 
 def _read_examples(ws: Path, data: ReportData) -> None:

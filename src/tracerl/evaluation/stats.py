@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from math import comb
+from math import comb, sqrt
 
 import numpy as np
 
@@ -58,3 +58,17 @@ def paired_difference(
 def per_task_pass_rate(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """task id → share of its trials that passed (pass^1 per task)."""
     return {task: c / n for task, (n, c) in successes_by_task(trajectories).items()}
+
+
+def wilson_interval(passed: int, n: int, z: float = 1.959963984540054) -> Interval:
+    """A success rate passed / n and its Wilson score interval (95% by default): the interval for a
+    proportion that stays inside [0, 1] and is not empty at 0 or n successes, unlike the normal one."""
+    if n <= 0:
+        raise ValueError(f"an interval needs at least one trial, got {n}")
+    if not 0 <= passed <= n:
+        raise ValueError(f"{passed} successes of {n} trials")
+    p = passed / n
+    denominator = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denominator
+    half = z / denominator * sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return Interval(mean=p, low=max(0.0, center - half), high=min(1.0, center + half))

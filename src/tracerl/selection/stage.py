@@ -93,6 +93,7 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
                                                on_run=on_run)
     if config.max_selected is not None:
         for x in document.selected()[config.max_selected:]:
-            x.selected, x.status, x.note = False, None, f"dropped: select.max_selected = {config.max_selected}"
+            x.selected, x.status = False, None
+            x.note = f"it ranks {x.rank} by mean Δ, and select.max_selected keeps {config.max_selected}"
         document.write(out_dir / "capabilities.json")
     return SelectionRun(document=document, problems=[p for run in label_sets for p in run.problems])

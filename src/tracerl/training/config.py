@@ -160,7 +160,8 @@ class TrainConfig(BaseModel):
     train_seeds: int = Field(100_000, ge=1, description="Training task seeds are drawn uniformly from "
                              "[0, train_seeds) (default 100_000), one per group. Not in TRL.")
     eval_seed_start: int = Field(1_000_000, ge=0, description="Held-out task seeds are eval_seed_start + i for i "
-                                 "below eval_episodes (default 1_000_000); must be ≥ train_seeds. Not in TRL.")
+                                 "below eval_episodes (default 1_000_000); a training draw that falls on one is "
+                                 "drawn again, so none is ever trained on. Not in TRL.")
     save_steps: int = Field(1, ge=1, description="Checkpoint (adapter, optimizer, RNG states, counters, metrics "
                             "rows) every this many steps and after the last (default 1). A resumed run continues from the "
                             "latest checkpoint, redoing the steps after it exactly.")
@@ -182,13 +183,14 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        if self.eval_episodes and self.eval_seed_start < self.train_seeds:
-            raise ValueError("eval_seed_start must be ≥ train_seeds: held-out seeds may not be training seeds")
+        if self.eval_episodes and self.eval_seed_start < self.train_seeds and self.eval_episodes >= self.train_seeds:
+            raise ValueError("the held-out seeds cover every training seed: nothing is left to train on")
         return self
 
     def heldout_seeds(self) -> list[int]:
         """The held-out task seeds every evaluation of a run plays, greedily: eval_seed_start + i for i below
-        eval_episodes (on the target's test split for GRPO on the target, and for TRACE's curve points)."""
+        eval_episodes (for GRPO on the target in a run: validation tasks of the target's train split, which
+        TRACE's curve points play too)."""
         return [self.eval_seed_start + i for i in range(self.eval_episodes)]
 
     @property

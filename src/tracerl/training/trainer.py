@@ -185,7 +185,7 @@ class GRPOTrainer:
         if self.state.step == 0 and not self.metrics and self.cfg.eval_episodes > 0:
             success = self.evaluate()
             self._snapshot(0)
-            self._log({"step": 0, "rollouts_used": 0, "eval_success": success})
+            self._log({"step": 0, "rollouts_used": 0, "eval_success": success, "eval_episodes": self.cfg.eval_episodes})
             self._checkpoint()
         while self.state.step < self.cfg.max_steps and self._budget_allows_step():
             self._log(self.step())
@@ -242,6 +242,7 @@ class GRPOTrainer:
         last = step == cfg.max_steps or not self._budget_allows_step()
         if cfg.eval_episodes > 0 and (step % cfg.eval_steps == 0 or last):
             row["eval_success"] = self.evaluate()
+            row["eval_episodes"] = cfg.eval_episodes
             self._snapshot(step)
         row["seconds"] = round(time.perf_counter() - t0, 3)
         return row
@@ -265,7 +266,12 @@ class GRPOTrainer:
     def _sample_round(self, step: int, round_: int) -> list[list[Trajectory]]:
         cfg = self.cfg
         rng = random.Random(derive_seed(cfg.seed, step, round_, "seeds"))
-        seeds = [rng.randrange(cfg.train_seeds) for _ in range(cfg.groups_per_step)]
+        heldout = set(cfg.heldout_seeds())
+        seeds: list[int] = []
+        while len(seeds) < cfg.groups_per_step:  # a held-out seed is drawn again: it is never trained on
+            seed = rng.randrange(cfg.train_seeds)
+            if seed not in heldout:
+                seeds.append(seed)
         mine = self.world.shard(list(range(cfg.groups_per_step)))
         episodes = [
             Episode(seed=seeds[g], options={"hint": True} if i < cfg.hinted_per_group else {},
