@@ -75,7 +75,10 @@ def run_synthesize(capabilities: Path, target: Target, out_dir: Path, config: Sy
     any environment is written."""
     selected = read_capability_list(capabilities)
     if not selected:
-        raise InputError("no capability is selected: nothing to synthesize", path=str(capabilities))
+        raise InputError("no capability is selected: nothing to synthesize (selection found none whose absence "
+                         "explains the agent's failures; its table is `tracerl select`'s, its figures this file's; "
+                         "to build environments for gaps you know, give `tracerl synthesize --capabilities` a list of "
+                         "names and descriptions)", path=str(capabilities))
     if config.calibrate and make_policy is None:
         raise InputError("calibration needs the base policy")
     client = AnalysisClient(llm) if llm is not None else None
