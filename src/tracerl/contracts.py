@@ -261,8 +261,10 @@ def read_capability_list(path: str | Path) -> list[Capability]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             data = None  # load_capabilities says what is wrong
-        if isinstance(data, dict) and "params" in data and "totals" in data:
-            return list(CapabilitiesFile.read(path).selected())
+        entries = data.get("capabilities") if isinstance(data, dict) else None
+        results = isinstance(entries, list) and any(isinstance(e, dict) and {"selected", "rank"} & set(e) for e in entries)
+        if isinstance(data, dict) and ({"params", "totals", "labeler", "unlabelled_pairs"} & set(data) or results):
+            return list(CapabilitiesFile.read(path).selected())  # selection's file: its errors name its fields
     return load_capabilities(path)
 
 
