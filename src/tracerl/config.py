@@ -20,6 +20,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.sampling import RolloutSettings
 from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
+from tracerl.models.analysis import AnalysisConfig
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import TrainConfig, run_training_options
@@ -45,21 +46,18 @@ class ModelSection(Section):
 
 
 class TargetSection(Section):
-    env: str = Field("airline", description="the target environment: a registered name ('airline') or "
+    env: str = Field("airline", description="the target environment: a built-in or installed name (`tracerl envs` "
+                     "lists them: 'airline', an entry point of the group `tracerl.envs`), 'package.module:factory' "
+                     "(a factory on the Python path that returns a tracerl.envs.base.Env; called with split=…), or "
                      "'tau2:<domain>' (τ²-bench's own domain, played live)")
+    policy: str | None = Field(None, description="a file of the domain's policy text (markdown): its title, rules "
+                               "('Label: …' lines) and other lines replace those the target states, in the synthesized "
+                               "environments' prompts and in what the LLM environment writer is given")
     results: str | None = Field(None, description="select from these rollouts instead of collecting: a τ²-bench "
                                 "results JSON or tracerl JSONL (the later stages then need `tools`)")
     tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
     tau2: str | None = Field(None, description="a 'tau2:<domain>' target's settings: a YAML file of its user simulator, "
                              "judge, reward basis, … (tracerl.envs.tau2_live.Tau2Settings)")
-
-
-class AnalysisSection(Section):
-    """The OpenAI-compatible analysis model (LLM labeller, discovery, LLM-written environments)."""
-
-    base_url: str | None = Field(None, description="default: $OPENAI_BASE_URL")
-    model: str | None = Field(None, description="default: $TRACERL_LLM_MODEL or $OPENAI_MODEL")
-    api_key_env: str = Field("OPENAI_API_KEY", description="the environment variable holding the key")
 
 
 class BaselinesSection(Section):
@@ -85,7 +83,8 @@ class RunConfig(Section):
                                      "sampling temperature: one block for every stage that plays episodes")
     target: TargetSection = Field(default_factory=TargetSection)
     collect: CollectConfig = Field(default_factory=CollectConfig)
-    analysis: AnalysisSection = Field(default_factory=AnalysisSection)
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig, description="the OpenAI-compatible analysis "
+                                     "model of the LLM labeller, discovery and LLM-written environments")
     select: SelectConfig = Field(default_factory=SelectConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
@@ -122,9 +121,12 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     config.target.results = resolve(config.target.results)
     config.target.tools = resolve(config.target.tools)
     config.target.tau2 = resolve(config.target.tau2)
+    config.target.policy = resolve(config.target.policy)
     config.select.capabilities = resolve(config.select.capabilities)
     if config.target.tau2 is not None and not Path(config.target.tau2).exists():
         raise InputError(f"target.tau2: no such file {config.target.tau2}", path=str(path))
+    if config.target.policy is not None and not Path(config.target.policy).is_file():
+        raise InputError(f"target.policy: no such file {config.target.policy}", path=str(path))
     if config.target.results is not None and not Path(config.target.results).exists():
         raise InputError(f"target.results: no such file {config.target.results}", path=str(path))
     return config

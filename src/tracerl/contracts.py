@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import yaml
+
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -219,6 +221,53 @@ class CapabilitiesFile(Contract):
 
 
 Label = Literal["NA", "PRESENT", "LACKING"]
+def load_capabilities(path: str | Path) -> list[Capability]:
+    """Users' capabilities from a YAML or JSON file: a list of {name, description, rubric{na,present,lacking}}
+    (or a mapping with a `capabilities` list). A missing rubric gets one written from the description."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(path)) from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path), line=line) from None
+    if isinstance(data, dict) and "capabilities" in data:
+        data = data["capabilities"]
+    if not isinstance(data, list):
+        raise InputError("expected a list of capabilities (or a mapping with a 'capabilities' list)", path=str(path))
+    out = []
+    for i, entry in enumerate(data):
+        try:
+            cap = Capability.model_validate({"source": "user", **entry} if isinstance(entry, dict) else entry)
+        except ValidationError as e:
+            raise InputError(f"capability {i}: {describe_validation_error(e)}", path=str(path)) from None
+        out.append(cap)
+    return out
+
+
+def read_capability_list(path: str | Path) -> list[Capability]:
+    """The capabilities to build environments for: those selected in a capabilities.json (`tracerl select`),
+    or every one of a hand-written list (`load_capabilities`: names and descriptions, for a user who
+    already knows the agent's gaps)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            data = None  # load_capabilities says what is wrong
+        entries = data.get("capabilities") if isinstance(data, dict) else None
+        results = isinstance(entries, list) and any(isinstance(e, dict) and {"selected", "rank"} & set(e) for e in entries)
+        if isinstance(data, dict) and ({"params", "totals", "labeler", "unlabelled_pairs"} & set(data) or results):
+            return list(CapabilitiesFile.read(path).selected())  # selection's file: its errors name its fields
+    return load_capabilities(path)
+
+
 LABELS: tuple[Label, ...] = ("NA", "PRESENT", "LACKING")
 
 
@@ -299,6 +348,8 @@ class TargetFile(Contract):
                                           '"record": the record it was made on, "user": the user\'s fields, "allowed": '
                                           'whether its rules allowed it, "write": the write that serves it}].')
     rules: list[str] = Field(default_factory=list, description="The target's domain rule lines.")
+    policy: str = Field("", description="The domain's policy text (`target.policy`, or the environment's system "
+                        "prompt); the LLM environment writer is given it.")
     tools: list[dict[str, Any]] = Field(description="OpenAI function schemas, each with its 'x-tool-type'.")
 
 

@@ -21,7 +21,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from openai import OpenAI
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -65,7 +64,7 @@ from tracerl.evaluation.report import build_report
 from tracerl.evaluation.served import LOCAL_NOTE, served_policy
 from tracerl.evaluation.stage import EvalVariant, run_evaluate
 from tracerl.models.local import LocalPolicy, load_model
-from tracerl.selection.llm import LLMConfig
+from tracerl.models.analysis import AnalysisConfig
 from tracerl.selection.rules import failures_by_capability
 from tracerl.selection.stage import progress_steps, run_select
 from tracerl.stages import Stage, View, is_complete, run_stage
@@ -119,13 +118,14 @@ class Pipeline:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
         cfg, ws = self.cfg, self.ws
         target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
+        policy: list[Path | str] = [cfg.target.policy] if cfg.target.policy is not None else []
         caps = self.trained_envs()
         live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
             self.stage("collect", target_files, [ws.base_rollouts]),
             self.stage("select", [ws.base_rollouts] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
                        [ws.capabilities]),
-            self.stage("synthesize", [ws.capabilities, *target_files] + ([ws.base_rollouts] if live_tools else []),
+            self.stage("synthesize", [ws.capabilities, *target_files, *policy] + ([ws.base_rollouts] if live_tools else []),
                        [ws.env_index] + [ws.env(c) for c in caps]),
         ]
         if cfg.target.results is not None:
@@ -282,9 +282,12 @@ class StageFunctions:
     def select(self, c: View) -> dict[str, Any]:
         trajectories = read_jsonl(self.ws.base_rollouts, Trajectory)
         with _progress(self.console, f"select ({c.select.labeler})", progress_steps(c.select, len(trajectories))) as bar:
-            result = run_select(trajectories, c.select, seed=c.seed, out_dir=self.ws.root, llm=_llm_config(c),
+            result = run_select(trajectories, c.select, seed=c.seed, out_dir=self.ws.root, llm=c.analysis,
                                 on_step=bar.advance)
-        return {"selected": [x.name for x in result.document.selected()]}
+        if result.analysis is not None:
+            self.console.print(f"analysis model: {result.analysis}", highlight=False)
+        summary: dict[str, Any] = {"selected": [x.name for x in result.document.selected()]}
+        return summary if result.analysis is None else {**summary, "analysis": result.analysis}
 
     def synthesize(self, c: View) -> dict[str, Any]:
         cfg = c.synthesize
@@ -292,11 +295,8 @@ class StageFunctions:
             played = read_jsonl(self.ws.base_rollouts, Trajectory)
             target = target_from_live_env(self.target_env(c, "train")(), played)
         else:
-            target = load_target(c.target.tools or c.target.env)
-        llm = None
-        if cfg.generator == "llm":
-            a = c.analysis
-            llm = (OpenAI(base_url=a.base_url, api_key=os.environ.get(a.api_key_env, "EMPTY")), a.model)
+            target = load_target(c.target.tools or c.target.env, policy=c.target.policy)
+        llm = c.analysis if cfg.generator == "llm" or _configured(c.analysis) else None
 
         def no_env(outcome: Any) -> None:
             if not outcome.ok:
@@ -307,6 +307,8 @@ class StageFunctions:
                                  make_policy=lambda: self.policy(c, temperature=cfg.temperature, seed=c.seed),
                                  policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens},
                                  llm=llm, on_episode=bar.advance, on_outcome=no_env)
+        if run.analysis is not None:
+            self.console.print(f"analysis model (environment writer): {run.analysis}", highlight=False)
         return {"environments": run.index.built()}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
@@ -420,9 +422,13 @@ def trace_mode(modes: list[str]) -> str:
     return next(m for m in COMPOSITION_MODES if m in modes)
 
 
-def _llm_config(c: View) -> LLMConfig:
-    a = c.analysis
-    return LLMConfig(base_url=a.base_url, model=a.model, api_key=os.environ.get(a.api_key_env))
+def _configured(analysis: AnalysisConfig) -> bool:
+    """Whether the analysis model's endpoint and name are given (in the config or the environment)."""
+    try:
+        analysis.resolved()
+    except InputError:
+        return False
+    return True
 
 
 class _progress:

@@ -21,7 +21,8 @@ from tracerl.core.io import write_jsonl
 from tracerl.envs.loading import load_rollouts
 from tracerl.selection.catalogue import builtin_capabilities
 from tracerl.selection.discovery import discover
-from tracerl.selection.llm import ChatClient, LLMConfig, LLMLabeller, compact_trajectory
+from tracerl.models.analysis import AnalysisClient, AnalysisConfig
+from tracerl.selection.llm import LLMLabeller, compact_trajectory
 
 Reply = Callable[[dict[str, Any], int], tuple[int, str]]  # (request body, attempt number of this prompt) -> (status, content)
 
@@ -105,9 +106,9 @@ def judge(body: dict[str, Any], attempt: int) -> tuple[int, str]:
     return 200, "Here you go:\n```json\n" + json.dumps({"labels": labels}) + "\n```"
 
 
-def config(url: str, **kw: Any) -> LLMConfig:
-    return LLMConfig(base_url=url, model="judge", api_key="k", timeout=kw.pop("timeout", 5.0),
-                     max_retries=kw.pop("max_retries", 2), backoff=0.01, **kw)
+def config(url: str, **kw: Any) -> AnalysisConfig:
+    return AnalysisConfig(base_url=url, model="judge", timeout=kw.pop("timeout", 5.0),
+                          max_retries=kw.pop("max_retries", 2), backoff=0.01, **kw)
 
 
 @pytest.fixture
@@ -133,13 +134,32 @@ def test_labels_over_http_with_bounded_concurrency_and_distinct_seeds(trajectori
         assert all(b["temperature"] == 0.7 and b["model"] == "judge" for b in server.requests)
 
 
-def test_garbage_replies_leave_pairs_unlabelled_and_reported(trajectories: list) -> None:
-    for server in serve(lambda body, attempt: (200, "I think the agent did fine!")):
+def test_garbage_replies_leave_pairs_unlabelled_counted_and_reported(trajectories: list) -> None:
+    def some_garbage(body: dict[str, Any], attempt: int) -> tuple[int, str]:
+        return (200, "I think the agent did fine!") if "— PASSED" in body["messages"][1]["content"] else judge(body, attempt)
+
+    for server in serve(some_garbage):
         labeller = LLMLabeller(config(server.url, max_retries=2))
-        rows = labeller.label(trajectories[:3], CAPS, run_seed=0)
-        assert all(p.label is None and "unparseable reply" in p.evidence for row in rows for p in row.values())
-        assert len(labeller.problems) == 3 and "no JSON object" in labeller.problems[0]
-        assert len(server.requests) == 3 * 3  # 1 try + 2 retries each
+        rows = labeller.label(trajectories[3:6], CAPS, run_seed=0)  # one failed, two passed
+        passed = [t.passed for t in trajectories[3:6]]
+        assert passed == [False, True, True]
+        assert all(p.label is None and "unusable answer" in p.evidence for row in rows[1:] for p in row.values())
+        assert rows[0]["multi_step_completion"].label == "LACKING"
+        assert len(labeller.problems) == 2 and "no JSON object" in labeller.problems[0]
+        assert len(server.requests) == 1 + 2 * 3  # the good one once; 1 try + 2 retries each of the others
+        stats = labeller.client.stats
+        assert (stats.requests, stats.answered, stats.unusable, stats.failed) == (7, 7, 6, 0)
+        assert stats.summary() == "7 requests: 7 answered, 6 of them unusable (85.7%); 0 without an answer"
+
+
+def test_only_garbage_stops_the_labeller_with_one_line(trajectories: list) -> None:
+    for server in serve(lambda body, attempt: (200, "I think the agent did fine!")):
+        labeller = LLMLabeller(config(server.url, max_retries=1))
+        with pytest.raises(InputError, match=r"^analysis model judge at http://127\.0\.0\.1:\d+/v1: none of 3 labelling "
+                           r"requests got a usable answer \(6 requests: 6 answered, 6 of them unusable \(100\.0%\); 0 "
+                           r"without an answer\); last: unusable answer \(no JSON object in the reply\)") as e:
+            labeller.label(trajectories[:3], CAPS, run_seed=0)
+        assert "\n" not in str(e.value)
 
 
 def test_retry_recovers_from_a_bad_first_reply(trajectories: list) -> None:
@@ -168,24 +188,28 @@ def test_partial_and_invalid_labels(trajectories: list) -> None:
 
 
 def test_http_errors_timeouts_and_dead_endpoint(trajectories: list) -> None:
-    for server in serve(lambda body, attempt: (500, "overloaded")):
+    def overloaded_once(body: dict[str, Any], attempt: int) -> tuple[int, str]:
+        return (500, "overloaded, try later") if "— PASSED" in body["messages"][1]["content"] else judge(body, attempt)
+
+    for server in serve(overloaded_once):
         labeller = LLMLabeller(config(server.url, max_retries=1))
-        rows = labeller.label(trajectories[:2], CAPS, run_seed=0)
-        assert all(p.label is None for row in rows for p in row.values())
-        assert "HTTP 500" in labeller.problems[0] and len(server.requests) == 4
+        rows = labeller.label(trajectories[3:5], CAPS, run_seed=0)
+        assert all(p.label is None for p in rows[1].values()) and rows[0]["multi_step_completion"].label == "LACKING"
+        assert labeller.problems[0].endswith(f"HTTP 500 from {server.url}: overloaded, try later")  # the server's reason
+        assert len(server.requests) == 3 and labeller.client.stats.failed == 2
+    for server in serve(lambda body, attempt: (400, "model 'judge' does not exist")):
+        with pytest.raises(InputError, match="none of 2 labelling requests.*last: HTTP 400 from .*: model 'judge' does "
+                                             "not exist$"):
+            LLMLabeller(config(server.url, max_retries=1)).label(trajectories[:2], CAPS, run_seed=0)
     for server in serve(judge, delay=1.0):
-        labeller = LLMLabeller(config(server.url, timeout=0.2, max_retries=1))
-        rows = labeller.label(trajectories[:2], CAPS, run_seed=0)
-        assert all(p.label is None for row in rows for p in row.values())
-        assert "timed out after 0.2 s" in labeller.problems[0]
+        with pytest.raises(InputError, match=r"last: no answer from .* within 0\.2 s$"):
+            LLMLabeller(config(server.url, timeout=0.2, max_retries=1)).label(trajectories[:2], CAPS, run_seed=0)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    labeller = LLMLabeller(config(f"http://127.0.0.1:{port}/v1", max_retries=1))
-    rows = labeller.label(trajectories[:2], CAPS, run_seed=0)
-    assert all(p.label is None for row in rows for p in row.values())
-    assert f"cannot reach http://127.0.0.1:{port}/v1" in labeller.problems[0]
+    with pytest.raises(InputError, match=f"last: cannot reach http://127.0.0.1:{port}/v1 \\(ConnectError\\)$"):
+        LLMLabeller(config(f"http://127.0.0.1:{port}/v1", max_retries=1)).label(trajectories[:2], CAPS, run_seed=0)
 
 
 def test_compaction_cuts_text_and_keeps_failure_reasons(trajectories: list) -> None:
@@ -205,14 +229,14 @@ def test_discovery_validates_and_merges(trajectories: list) -> None:
         {"name": "item_matching", "description": "Matches item options."},
     ]}
     for server in serve(lambda body, attempt: (200, json.dumps(proposals))):
-        found = discover(ChatClient(config(server.url)), trajectories, seed=0)
+        found = discover(AnalysisClient(config(server.url)), trajectories, seed=0)
         assert [c.name for c in found] == ["order_state_checking", "multi_step_completion", "refund_math", "item_matching"]
         assert found[0].source == "discovered" and found[0].example_task_ids == ["1", "2"]
         assert "FAILED" in server.requests[0]["messages"][1]["content"]
     too_few = {"capabilities": proposals["capabilities"][:2]}
     for server in serve(lambda body, attempt: (200, json.dumps(too_few))):
         with pytest.raises(InputError, match="discovery failed after 2 attempts"):
-            discover(ChatClient(config(server.url, max_retries=1)), trajectories, seed=0)
+            discover(AnalysisClient(config(server.url, max_retries=1)), trajectories, seed=0)
 
 
 def test_select_with_llm_labeller_end_to_end(trajectories: list, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -226,7 +250,8 @@ def test_select_with_llm_labeller_end_to_end(trajectories: list, tmp_path: Path,
     for server in serve(reply):
         out = tmp_path / "sel"
         rc = main(["select", "--rollouts", str(path), "--labeler", "llm", "--runs", "3", "--discover", "--out", str(out),
-                   "--base-url", server.url, "--model", "judge", "--api-key", "k", "--timeout", "5", "--json"])
+                   "--analysis-base-url", server.url, "--analysis-model", "judge", "--analysis-timeout", "5",
+                   "--json"])
         assert rc == 0
         doc = json.loads(capsys.readouterr().out)
         assert {c["name"] for c in doc["capabilities"] if c["selected"]} == {"multi_step_completion"}
@@ -237,17 +262,36 @@ def test_select_with_llm_labeller_end_to_end(trajectories: list, tmp_path: Path,
         assert len(server.requests) == 1 + 3 * len(trajectories)
 
 
-def test_select_with_a_garbage_endpoint_reports_and_selects_nothing(trajectories: list, tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_select_with_a_garbage_endpoint_exits_2_and_writes_nothing(trajectories: list, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "r.jsonl"
     write_jsonl(path, trajectories)
     for server in serve(lambda body, attempt: (200, "no idea")):
         rc = main(["select", "--rollouts", str(path), "--labeler", "llm", "--runs", "2", "--out", str(tmp_path / "sel"),
-                   "--base-url", server.url, "--model", "judge", "--max-retries", "0", "--json"])
+                   "--analysis-base-url", server.url, "--analysis-model", "judge", "--analysis-max-retries", "0",
+                   "--json"])
+        assert rc == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and "\n" not in captured.err.strip()
+        assert f"none of {len(trajectories)} labelling requests got a usable answer" in captured.err
+        assert not (tmp_path / "sel" / "capabilities.json").exists() and not (tmp_path / "sel" / "labels").exists()
+
+
+def test_select_reports_the_share_of_unusable_answers(trajectories: list, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "r.jsonl"
+    write_jsonl(path, trajectories)
+
+    def half(body: dict[str, Any], attempt: int) -> tuple[int, str]:
+        return (200, "no idea") if "— PASSED" in body["messages"][1]["content"] else judge(body, attempt)
+
+    for server in serve(half):
+        rc = main(["select", "--rollouts", str(path), "--labeler", "llm", "--runs", "2", "--out", str(tmp_path / "sel"),
+                   "--analysis-base-url", server.url, "--analysis-model", "judge", "--analysis-max-retries", "0",
+                   "--json"])
         assert rc == 0
         captured = capsys.readouterr()
         doc = json.loads(captured.out)
-        n_caps = len(builtin_capabilities())
-        assert doc["unlabelled_pairs"] == 2 * len(trajectories) * n_caps
-        assert not any(c["selected"] for c in doc["capabilities"])
-        assert f"{2 * len(trajectories)} labelling requests failed" in captured.err
+        assert doc["unlabelled_pairs"] == 2 * 4 * len(builtin_capabilities())
+        assert "analysis model: 16 requests: 16 answered, 8 of them unusable (50.0%); 0 without an answer" in captured.err
+        assert "8 labelling requests failed (pairs left unlabelled)" in captured.err

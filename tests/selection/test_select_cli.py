@@ -90,9 +90,12 @@ def test_capability_files(tmp_path: Path) -> None:
     [
         (["--labeler", "magic"], "field 'labeler': Input should be 'rules' or 'llm'"),
         (["--runs", "3", "--min-runs", "5"], "field 'min_runs': Value error, K = 5 runs to pass, more than the N = 3"),
-        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1"], "needs a model name"),
-        (["--labeler", "llm", "--model", "m"], "needs an endpoint"),
-        (["--labeler", "llm", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--temperature", "0"], "temperature must be > 0"),
+        (["--labeler", "llm", "--analysis-base-url", "http://127.0.0.1:9/v1"], "needs a model name"),
+        (["--labeler", "llm", "--analysis-model", "m"], "needs an endpoint"),
+        (["--labeler", "llm", "--analysis-base-url", "http://127.0.0.1:9/v1", "--analysis-model", "m",
+          "--analysis-temperature", "0"], "temperature must be > 0"),
+        (["--labeler", "llm", "--analysis-base-url", "http://127.0.0.1:9/v1", "--analysis-model", "m",
+          "--analysis-timeout", "0"], "analysis settings: field 'timeout'"),
         (["--capabilities", "/nonexistent/caps.yaml"], "caps.yaml: no such file"),
     ],
 )
@@ -116,14 +119,16 @@ def test_select_on_malformed_rollouts(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_llm_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracerl.selection.llm import LLMConfig
+    from tracerl.models.analysis import AnalysisConfig
 
     monkeypatch.setenv("OPENAI_BASE_URL", "http://example.invalid/v1")
     monkeypatch.setenv("TRACERL_LLM_MODEL", "qwen3-8b")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    cfg = LLMConfig().resolved()
+    cfg = AnalysisConfig().resolved()
     assert (cfg.base_url, cfg.model, cfg.api_key) == ("http://example.invalid/v1", "qwen3-8b", "EMPTY")
-    assert LLMConfig(model="other", api_key="sk").resolved().model == "other"
+    monkeypatch.setenv("MY_KEY", "sk")
+    cfg = AnalysisConfig(model="other", api_key_env="MY_KEY").resolved()
+    assert (cfg.model, cfg.api_key) == ("other", "sk")
 
 
 def test_the_command_and_the_pipeline_select_alike(sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

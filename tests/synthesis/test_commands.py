@@ -48,7 +48,7 @@ def test_synthesize_reports_a_capability_it_cannot_build(retail, tmp_path, capsy
                  "--no-calibrate"])
     assert code == 1
     out = capsys.readouterr().out
-    assert "error_recovery: no built-in template for it and no LLM configured" in out
+    assert "error_recovery: no built-in template for it and no analysis model configured" in out
     assert (tmp_path / "o" / "tool_call_precision" / "env.json").exists()
     assert not (tmp_path / "o" / "error_recovery").exists()
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from tracerl.commands import analysis as opt
+
 if TYPE_CHECKING:
     from tracerl.contracts import CapabilitiesFile
 
@@ -26,13 +28,14 @@ def select(
     tools: Optional[Path] = typer.Option(None, "--tools", help="tools.json for τ²-bench files without tool schemas."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the 95% intervals (0: none)."),
     seed: int = typer.Option(0, "--seed", help="Seed of run 0 (run r uses seed+r) and of the bootstrap."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="LLM endpoint (default $OPENAI_BASE_URL)."),
-    model: Optional[str] = typer.Option(None, "--model", help="LLM model (default $TRACERL_LLM_MODEL / $OPENAI_MODEL)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (default $OPENAI_API_KEY)."),
-    temperature: float = typer.Option(0.7, "--temperature", help="LLM sampling temperature (> 0)."),
-    concurrency: int = typer.Option(8, "--concurrency", help="LLM requests in flight at most."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per LLM request."),
-    max_retries: int = typer.Option(3, "--max-retries", help="Retries per LLM request (exponential backoff)."),
+    analysis_base_url: Optional[str] = opt.BASE_URL,
+    analysis_model: Optional[str] = opt.MODEL,
+    analysis_api_key_env: Optional[str] = opt.API_KEY_ENV,
+    analysis_temperature: Optional[float] = opt.TEMPERATURE,
+    analysis_concurrency: Optional[int] = opt.CONCURRENCY,
+    analysis_timeout: Optional[float] = opt.TIMEOUT,
+    analysis_max_retries: Optional[int] = opt.MAX_RETRIES,
+    analysis_config: Optional[Path] = opt.CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print capabilities.json on stdout."),
 ) -> None:
     """Find the capabilities whose absence explains the agent's failures (Cov, Δ, K-of-N)."""
@@ -43,7 +46,6 @@ def select(
     from tracerl.core.errors import InputError
     from tracerl.core.io import describe_validation_error
     from tracerl.envs.loading import load_rollouts
-    from tracerl.selection.llm import LLMConfig
     from tracerl.selection.stage import SelectConfig, progress_steps, run_select
 
     try:
@@ -53,13 +55,16 @@ def select(
     except ValidationError as e:
         raise InputError(describe_validation_error(e)) from None
     trajectories = load_rollouts(rollouts, tools=tools)
-    llm = LLMConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature, concurrency=concurrency,
-                    timeout=timeout, max_retries=max_retries)
+    llm = opt.analysis_config(analysis_config, base_url=analysis_base_url, model=analysis_model,
+                              api_key_env=analysis_api_key_env, temperature=analysis_temperature,
+                              concurrency=analysis_concurrency, timeout=analysis_timeout, max_retries=analysis_max_retries)
     err = Console(stderr=True)
     with Progress(console=err, transient=True) as progress:
         task = progress.add_task(f"labelling ({labeler})", total=progress_steps(config, len(trajectories)))
         result = run_select(trajectories, config, seed=seed, out_dir=out, llm=llm,
                             on_step=lambda: progress.advance(task))
+    if result.analysis is not None:
+        err.print(f"analysis model: {result.analysis}", highlight=False, soft_wrap=True)
     if result.problems:
         err.print(f"[yellow]{len(result.problems)} labelling requests failed (pairs left unlabelled), e.g. "
                   f"{result.problems[0]}[/]", highlight=False, soft_wrap=True)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from tracerl.commands import analysis as opt
 from tracerl.core.errors import InputError
 
 MODEL_HELP = "Base policy: 'tiny-agent' (the shipped agent), a Hugging Face model path, or 'scripted:ACCURACY'."
@@ -70,8 +70,12 @@ def _calibrate_with_progress(env_dir: Path, policy: Any, seeds: int, group_size:
 
 
 def synthesize(
-    capabilities: Path = typer.Option(..., "--capabilities", help="capabilities.json from `tracerl select`."),
-    target: str = typer.Option(..., "--target", help="'airline' (built-in) or a τ²-bench tools.json."),
+    capabilities: Path = typer.Option(..., "--capabilities", help="capabilities.json from `tracerl select` (its "
+                                      "selected ones), or your own list: YAML/JSON of {name, description} (all of them)."),
+    target: str = typer.Option(..., "--target", help="An environment (`tracerl envs`, package.module:factory) or a "
+                               "tools.json (`tracerl tools`)."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="The domain's policy text (markdown): its title and "
+                                          "rules go in the environments' prompts and to the LLM environment writer."),
     out: Path = typer.Option(..., "--out", help="Folder for the env directories (<out>/<capability>/) and <out>/index.json."),
     generator: str = typer.Option("template", "--generator", help="'template' (built-in, LLM for the rest) or 'llm'."),
     no_calibrate: bool = typer.Option(False, "--no-calibrate", help="Skip calibration."),
@@ -84,8 +88,12 @@ def synthesize(
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature of the base policy."),
     max_rounds: int = typer.Option(5, "--max-rounds", min=1, help="Difficulty rounds / LLM generation rounds."),
     bands: Optional[Path] = typer.Option(None, "--bands", help="JSON overriding TRACE's acceptance bands."),
-    llm_model: Optional[str] = typer.Option(None, "--llm-model", help="Model that writes environments (OpenAI-compatible)."),
-    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="Its endpoint, e.g. http://localhost:8000/v1."),
+    analysis_base_url: Optional[str] = opt.BASE_URL,
+    analysis_model: Optional[str] = opt.MODEL,
+    analysis_api_key_env: Optional[str] = opt.API_KEY_ENV,
+    analysis_timeout: Optional[float] = opt.TIMEOUT,
+    analysis_max_retries: Optional[int] = opt.MAX_RETRIES,
+    analysis_config: Optional[Path] = opt.CONFIG,
     seed: int = typer.Option(0, "--seed", help="Sampling seed of the base policy."),
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON on stdout."),
 ) -> None:
@@ -105,16 +113,18 @@ def synthesize(
                                   temperature=temperature, max_rounds=max_rounds, bands=load_bands(bands))
     except ValidationError as e:
         raise InputError(describe_validation_error(e)) from None
-    from tracerl.contracts import CapabilitiesFile
+    from tracerl.contracts import read_capability_list
 
-    CapabilitiesFile.read(capabilities)  # a bad file fails before any model loads
-    tgt = load_target(target)
-    llm = None
-    if llm_model:
-        from openai import OpenAI
-
-        client = OpenAI(base_url=llm_base_url, api_key=os.environ.get("OPENAI_API_KEY", "EMPTY"))
-        llm = (client, llm_model)
+    read_capability_list(capabilities)  # a bad file fails before any model loads
+    tgt = load_target(target, policy=policy)
+    llm = opt.analysis_config(analysis_config, base_url=analysis_base_url, model=analysis_model,
+                              api_key_env=analysis_api_key_env, timeout=analysis_timeout,
+                              max_retries=analysis_max_retries)
+    if generator != "llm":  # templates first; the analysis model, where given, writes the rest
+        try:
+            llm.resolved()
+        except InputError:
+            llm = None
     policy = None if no_calibrate else policy_factory(model, temperature, seed)
     with Progress(transient=True) as progress:
         task = progress.add_task("calibrating", total=None)
@@ -122,6 +132,9 @@ def synthesize(
                              llm=llm, on_episode=lambda name: progress.update(task, advance=1,
                                                                                description=f"calibrating {name}"))
     index, rows = run.index, run.outcomes
+    if run.analysis is not None:
+        Console(stderr=True).print(f"analysis model (environment writer): {run.analysis}", highlight=False,
+                                   soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(index.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:

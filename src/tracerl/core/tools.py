@@ -65,6 +65,12 @@ def _type_of(spec: dict[str, Any], defs: dict[str, Any]) -> Any:
     return out
 
 
+def tools_json(tools: list[ToolSchema]) -> list[dict[str, Any]]:
+    """A domain's tools as a tools.json holds them (what `load_tools_json` reads back): OpenAI function
+    entries with the kind as `x-tool-type`, as τ²-bench exports them."""
+    return [{**t.to_openai(), "x-tool-type": t.kind} for t in tools]
+
+
 def load_tools_json(path: str | Path) -> list[ToolSchema]:
     """Load a domain's tools from a tools.json like τ²-bench's (a list of OpenAI function entries)."""
     path = Path(path)

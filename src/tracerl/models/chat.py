@@ -42,7 +42,12 @@ from tracerl.core.messages import Message
 from tracerl.core.policy import Session
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import TokenRecord
-from tracerl.models.parsing import ParsedMessage, parse_assistant_text
+from tracerl.models.parsing import (
+    TOOL_CALL_FORMATS,
+    ParsedMessage,
+    parse_assistant_text,
+    tool_call_format,
+)
 from tracerl.models.templates import END_OF_TURN
 
 _USER_TURN = re.compile(re.escape("<|im_start|>user\n") + "(.*?)" + re.escape(END_OF_TURN), flags=re.S)
@@ -84,12 +89,20 @@ class ChatState:
 class ChatFormat:
     """A tokenizer's chat template, tool-call parser and end-of-turn token, with exact bookkeeping.
 
-    `template_kwargs` go to `apply_chat_template` (e.g. `{"enable_thinking": False}` for Qwen3).
+    `template_kwargs` go to `apply_chat_template` (e.g. `{"enable_thinking": False}` for Qwen3). The
+    tool-call format the model's answers are parsed in (`tracerl.models.parsing.TOOL_CALL_FORMATS`) is
+    `tool_format`, else the key `tool_call_format` of the model's tokenizer_config.json, else the one its
+    chat template teaches (`tool_call_format`).
     """
 
-    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, end_of_turn: str | None = None):
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None, end_of_turn: str | None = None,
+                 tool_format: str | None = None):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template")
+        configured = (getattr(tokenizer, "init_kwargs", None) or {}).get("tool_call_format")
+        self.tool_format = tool_format or configured or tool_call_format(tokenizer.chat_template)
+        if self.tool_format not in TOOL_CALL_FORMATS:
+            raise ValueError(f"unknown tool-call format '{self.tool_format}' (known: {', '.join(TOOL_CALL_FORMATS)})")
         self.tokenizer = tokenizer
         self.template_kwargs = dict(template_kwargs or {})
         vocab = tokenizer.get_vocab()
@@ -137,6 +150,10 @@ class ChatFormat:
             pos = found + len(self.end_of_turn)
         return full[pos:]
 
+    def parse(self, text: str, tools: list[ToolSchema] | None, make_id: Any = None) -> ParsedMessage:
+        """An answer's text as a message, in this model's tool-call format."""
+        return parse_assistant_text(text, make_id=make_id, fmt=self.tool_format, tools=tools)
+
     # --- bookkeeping ----------------------------------------------------------------------
     def prepare(self, session: Session) -> list[int]:
         """Bring `session.tokens` up to date with `session.messages`; return the ids to sample after."""
@@ -169,7 +186,7 @@ class ChatFormat:
         state.turn_closed = bool(token_ids) and token_ids[-1] == self.end_of_turn_id
         body = token_ids[:-1] if token_ids and token_ids[-1] in self.stop_ids else token_ids
         first = state.calls
-        parsed = parse_assistant_text(self.decode(list(body)), make_id=lambda k: f"call_{first + k}")
+        parsed = self.parse(self.decode(list(body)), session.tools, make_id=lambda k: f"call_{first + k}")
         state.calls += len(parsed.message.tool_calls or [])
         state.parse_errors.extend(parsed.errors)
         state.messages_recorded = len(session.messages) + 1  # the reply the runner is about to append

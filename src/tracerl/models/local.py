@@ -58,7 +58,8 @@ EMBEDDED_AGENT = "tiny-agent"  # the name adapters of the embedded agent record 
 def load_model(path_or_name: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) via `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`, in eval mode.
 
-    `path_or_name` "tiny-agent" (or "tiny") is the embedded agent shipped in the package. A PEFT
+    `path_or_name` "tiny-agent" (or "tiny") is the embedded agent shipped in the package; a path ending
+    in ".gguf" is a GGUF file, dequantized by transformers (`gguf_file=`; needs the `gguf` package). A PEFT
     adapter directory loads its base model (from `adapter_config.json`) with the adapter merged into
     its weights: the model is the adapted one whatever asks it, where an attached adapter would be
     passed over by a `LocalPolicy` session naming no adapter (that plays the base). Errors (missing
@@ -75,6 +76,10 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
             base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
             model = PeftModel.from_pretrained(base, path).merge_and_unload()
             tokenizer = AutoTokenizer.from_pretrained(base_path)
+        elif path.endswith(".gguf"):  # a GGUF file (llama.cpp's format), dequantized by transformers
+            folder, name = os.path.split(os.path.abspath(path))
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             tokenizer = AutoTokenizer.from_pretrained(path)

@@ -7,15 +7,7 @@ PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import yaml
-from pydantic import ValidationError
-
-from tracerl.contracts import Capability, Rubric
-from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error
+from tracerl.contracts import Capability, Rubric, load_capabilities  # noqa: F401 — users' own, read here too
 
 
 def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
@@ -92,36 +84,6 @@ BUILTIN: tuple[Capability, ...] = (
 
 def builtin_capabilities() -> list[Capability]:
     return [c.model_copy(deep=True) for c in BUILTIN]
-
-
-def load_capabilities(path: str | Path) -> list[Capability]:
-    """Users' capabilities from a YAML or JSON file: a list of {name, description, rubric{na,present,lacking}}
-    (or a mapping with a `capabilities` list). A missing rubric gets one written from the description."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path), line=line) from None
-    if isinstance(data, dict) and "capabilities" in data:
-        data = data["capabilities"]
-    if not isinstance(data, list):
-        raise InputError("expected a list of capabilities (or a mapping with a 'capabilities' list)", path=str(path))
-    out = []
-    for i, entry in enumerate(data):
-        try:
-            cap = Capability.model_validate({"source": "user", **entry} if isinstance(entry, dict) else entry)
-        except ValidationError as e:
-            raise InputError(f"capability {i}: {describe_validation_error(e)}", path=str(path)) from None
-        out.append(cap)
-    return out
 
 
 def merge_capabilities(base: list[Capability], extra: list[Capability]) -> list[Capability]:

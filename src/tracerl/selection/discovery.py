@@ -14,7 +14,8 @@ from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.catalogue import merge_capabilities
-from tracerl.selection.llm import ChatClient, compact_trajectory
+from tracerl.models.analysis import AnalysisClient
+from tracerl.selection.llm import compact_trajectory
 
 PROMPT = """Below are transcripts of a tool-using agent: some FAILED, some PASSED.
 Find the recurring capabilities whose absence explains the failures (not what the passed ones also do wrong).
@@ -68,7 +69,7 @@ def sample_for_discovery(trajectories: list[Trajectory], failed: int, passed: in
     return [trajectories[i] for i in chosen]
 
 
-def discover(client: ChatClient, trajectories: list[Trajectory], *, seed: int = 0, failed: int = 8, passed: int = 4) -> list[Capability]:
+def discover(client: AnalysisClient, trajectories: list[Trajectory], *, seed: int = 0, failed: int = 8, passed: int = 4) -> list[Capability]:
     """Proposed capabilities (source "discovered"). An endpoint that never gives a valid answer
     is an InputError naming it (the run cannot do what was asked)."""
     sample = sample_for_discovery(trajectories, failed, passed, seed)
@@ -78,7 +79,8 @@ def discover(client: ChatClient, trajectories: list[Trajectory], *, seed: int = 
     messages = [{"role": "system", "content": PROMPT}, {"role": "user", "content": text}]
     proposals, problem = client.json_reply(messages, seed=seed, validate=_validate)
     if proposals is None:
-        raise InputError(f"discovery failed after {client.config.max_retries + 1} attempts: {problem}")
+        raise InputError(f"analysis model {client.where}: discovery failed after {client.config.max_retries + 1} "
+                         f"attempts: {problem}")
     out: list[Capability] = []
     for p in proposals.capabilities:
         out = merge_capabilities(out, [Capability(

@@ -1,124 +1,27 @@
-"""The LLM labeller: any OpenAI-compatible chat endpoint (vLLM, OpenAI, `tracerl serve`).
+"""The LLM labeller: the analysis model (`tracerl.models.analysis`, any OpenAI-compatible endpoint).
 
 Each trajectory is compacted (message text cut to ~300 characters, tool arguments to ~200,
 failure reasons from the reward info kept) and sent with every capability's rubric; the model
 answers with a JSON object of labels. Requests run concurrently (bounded), each with a timeout
 and retries with exponential backoff; a reply that still does not parse marks the affected
-pairs unlabelled — reported in the run's `problems`, excluded from the counts — never a crash
-and never a silent default. Runs use temperature > 0 and a distinct seed per run and request.
+pairs unlabelled — reported in the run's `problems`, counted in the client's `stats`, excluded
+from the counts — never a crash and never a silent default. When no trajectory of a run gets a
+usable answer, the run stops with one line (an `InputError`) before anything is written. Runs use
+temperature > 0 and a distinct seed per run and request.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
-
-import openai
+from typing import Any
 
 from tracerl.contracts import LABELS, Capability, PairLabel
-from tracerl.core.errors import InputError
 from tracerl.core.trajectory import Trajectory
-
-T = TypeVar("T")
+from tracerl.models.analysis import AnalysisClient, AnalysisConfig
 
 TEXT_LIMIT = 300
 ARGS_LIMIT = 200
-
-
-@dataclass(frozen=True)
-class LLMConfig:
-    """Endpoint and request settings. Unset base_url / model / api_key come from the environment:
-    OPENAI_BASE_URL, TRACERL_LLM_MODEL (or OPENAI_MODEL), OPENAI_API_KEY ("EMPTY" for local servers)."""
-    base_url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    temperature: float = 0.7
-    max_tokens: int = 1024
-    concurrency: int = 8
-    timeout: float = 60.0
-    max_retries: int = 3
-    backoff: float = 1.0  # seconds before the first retry; doubles each time
-
-    def resolved(self) -> LLMConfig:
-        base_url = self.base_url or os.environ.get("OPENAI_BASE_URL")
-        model = self.model or os.environ.get("TRACERL_LLM_MODEL") or os.environ.get("OPENAI_MODEL")
-        api_key = self.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-        if not base_url:
-            raise InputError("the LLM labeller needs an endpoint: --base-url or OPENAI_BASE_URL")
-        if not model:
-            raise InputError("the LLM labeller needs a model name: --model, TRACERL_LLM_MODEL or OPENAI_MODEL")
-        if self.concurrency < 1 or self.max_retries < 0 or self.timeout <= 0:
-            raise InputError("LLM settings: concurrency ≥ 1, max retries ≥ 0 and timeout > 0 are required")
-        return replace(self, base_url=base_url, model=model, api_key=api_key)
-
-
-class ChatClient:
-    """A thin wrapper over `openai.OpenAI` that returns validated JSON or a one-line problem."""
-    def __init__(self, config: LLMConfig):
-
-        self.config = config.resolved()
-        self._client = openai.OpenAI(
-            base_url=self.config.base_url, api_key=self.config.api_key, timeout=self.config.timeout, max_retries=0
-        )
-
-    def json_reply(self, messages: list[dict[str, str]], seed: int, validate: Callable[[Any], T]) -> tuple[T | None, str | None]:
-        """Ask until `validate(parsed JSON)` succeeds (at most 1 + max_retries requests, exponential
-        backoff between them). Returns (value, None) or (None, the last problem)."""
-        problem = None
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                time.sleep(self.config.backoff * 2 ** (attempt - 1))
-            try:
-                reply = self._client.chat.completions.create(
-                    model=self.config.model,  # type: ignore[arg-type]
-                    messages=messages,  # type: ignore[arg-type]
-                    temperature=self.config.temperature,
-                    max_tokens=self.config.max_tokens,
-                    seed=seed,
-                )
-                text = reply.choices[0].message.content or ""
-            except openai.APITimeoutError:
-                problem = f"timed out after {self.config.timeout:g} s"
-                continue
-            except openai.APIConnectionError as e:
-                problem = f"cannot reach {self.config.base_url} ({type(e.__cause__ or e).__name__})"
-                continue
-            except openai.APIStatusError as e:
-                problem = f"HTTP {e.status_code} from {self.config.base_url}"
-                continue
-            except (IndexError, AttributeError, ValueError) as e:
-                problem = f"malformed response ({e})"
-                continue
-            try:
-                return validate(extract_json(text)), None
-            except ValueError as e:
-                problem = f"unparseable reply ({str(e).splitlines()[0][:120]}): {text[:80]!r}"
-        return None, problem
-
-    def map(self, fn: Callable[[int], T], n: int) -> list[T]:
-        """fn(0..n-1) with at most `concurrency` requests in flight; results in order."""
-        with ThreadPoolExecutor(max_workers=self.config.concurrency) as pool:
-            return list(pool.map(fn, range(n)))
-
-
-def extract_json(text: str) -> Any:
-    """The JSON object in a model reply (code fences and prose around it tolerated)."""
-    fenced = re.search(r"```(?:json)?\s*(.*?)```", text, re.DOTALL)
-    if fenced:
-        text = fenced.group(1)
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        raise ValueError("no JSON object in the reply")
-    try:
-        return json.loads(text[start : end + 1])
-    except json.JSONDecodeError as e:
-        raise ValueError(f"invalid JSON: {e.msg}") from None
 
 
 # --- compaction ------------------------------------------------------------------------------
@@ -214,8 +117,8 @@ class LLMLabeller:
     name = "llm"
     deterministic = False
 
-    def __init__(self, config: LLMConfig, client: ChatClient | None = None):
-        self.client = client or ChatClient(config)
+    def __init__(self, config: AnalysisConfig, client: AnalysisClient | None = None):
+        self.client = client or AnalysisClient(config)
         self.problems: list[str] = []  # of the last call to label()
         self.on_progress: Callable[[], None] | None = None  # called after each trajectory (progress bars)
 
@@ -246,4 +149,6 @@ class LLMLabeller:
 
         results = self.client.map(one, len(trajectories))
         self.problems = [p for _, p in results if p]
+        usable = sum(any(label.label is not None for label in row.values()) for row, _ in results)
+        self.client.fail_if_nothing("labelling requests", usable, len(results))
         return [row for row, _ in results]

@@ -41,8 +41,9 @@ def label_runs(
     out_dir: Path | None = None,
     on_run: Callable[[int], None] | None = None,
 ) -> list[LabelRun]:
-    """N labelling runs with seeds seed+0 … seed+N−1; each run file is written (atomically) as it
-    completes. A deterministic labeller is run once and its labels reused for every run."""
+    """N labelling runs with seeds seed+0 … seed+N−1; the run files are written (each atomically) once
+    every run is labelled, so a labeller that stops (an analysis model that gives nothing usable) leaves
+    none. A deterministic labeller is run once and its labels reused for every run."""
     runs: list[LabelRun] = []
     first = None
     for r in range(params.runs):
@@ -53,12 +54,12 @@ def label_runs(
             labels = labeller.label(trajectories, capabilities, seed)
             problems = list(getattr(labeller, "problems", []))
             first = (labels, problems)
-        run = make_run(r, seed, labeller.name, trajectories, capabilities, labels, problems)
-        if out_dir is not None:
-            run.write(Workspace(out_dir).label_run(r))
-        runs.append(run)
+        runs.append(make_run(r, seed, labeller.name, trajectories, capabilities, labels, problems))
         if on_run is not None:
             on_run(r)
+    if out_dir is not None:
+        for r, run in enumerate(runs):
+            run.write(Workspace(out_dir).label_run(r))
     return runs
 
 

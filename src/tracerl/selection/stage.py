@@ -20,7 +20,8 @@ from tracerl.selection.catalogue import (
     merge_capabilities,
 )
 from tracerl.selection.discovery import discover
-from tracerl.selection.llm import ChatClient, LLMLabeller
+from tracerl.models.analysis import AnalysisClient, AnalysisConfig
+from tracerl.selection.llm import LLMLabeller
 from tracerl.selection.rules import RulesLabeller
 from tracerl.selection.select import select_capabilities
 
@@ -51,6 +52,7 @@ class SelectionRun(BaseModel):
     """What `run_select` returns: the document (written as capabilities.json) and the failed labelling requests."""
     document: CapabilitiesFile
     problems: list[str] = Field(default_factory=list)
+    analysis: str | None = None  # what the analysis model was asked and what came back (`AnalysisStats.summary`)
 
 
 def progress_steps(config: SelectConfig, trajectories: int) -> int:
@@ -59,9 +61,10 @@ def progress_steps(config: SelectConfig, trajectories: int) -> int:
 
 
 def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: int, out_dir: Path,
-               llm=None, on_step: Callable[[], None] | None = None) -> SelectionRun:
-    """Label, aggregate and select into `out_dir` (capabilities.json, labels/). `llm` (a
-    `selection.llm.LLMConfig`) is the analysis model, needed by the LLM labeller and discovery."""
+               llm: AnalysisConfig | None = None, on_step: Callable[[], None] | None = None) -> SelectionRun:
+    """Label, aggregate and select into `out_dir` (capabilities.json, labels/). `llm` is the analysis
+    model, needed by the LLM labeller and discovery; when it gives nothing usable, an InputError stops
+    the stage before anything is written."""
     catalogue = builtin_capabilities()
     if config.capabilities is not None:
         by_name = {c.name: c for c in load_capabilities(config.capabilities)}
@@ -72,15 +75,10 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
         llm = llm.resolved()
         if config.labeler == "llm" and llm.temperature <= 0:
             raise InputError("the LLM labeller's temperature must be > 0: the N runs must be independent samples")
+    client = AnalysisClient(llm) if llm is not None and (config.labeler == "llm" or config.discover) else None
     if config.discover:
-
-        catalogue = merge_capabilities(catalogue, discover(ChatClient(llm), trajectories, seed=seed))
-    if config.labeler == "llm":
-
-        labeller = LLMLabeller(llm)
-    else:
-
-        labeller = RulesLabeller()
+        catalogue = merge_capabilities(catalogue, discover(client, trajectories, seed=seed))
+    labeller = LLMLabeller(llm, client) if config.labeler == "llm" else RulesLabeller()
     params = SelectionParams(rho=config.rho, delta=config.delta, runs=config.runs, min_runs=config.min_runs,
                              bootstrap=config.bootstrap, seed=seed)
     on_run = None
@@ -96,4 +94,5 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
             x.selected, x.status = False, None
             x.note = f"it ranks {x.rank} by mean Δ, and select.max_selected keeps {config.max_selected}"
         document.write(out_dir / "capabilities.json")
-    return SelectionRun(document=document, problems=[p for run in label_sets for p in run.problems])
+    return SelectionRun(document=document, problems=[p for run in label_sets for p in run.problems],
+                        analysis=None if client is None else client.stats.summary())

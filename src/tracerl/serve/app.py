@@ -35,7 +35,6 @@ from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
 from tracerl.models.generation import GenerationRequest, GenerationResult
 from tracerl.models.local import session_seed
-from tracerl.models.parsing import parse_assistant_text
 from tracerl.serve.engine import Engine, QueueFull
 
 
@@ -278,7 +277,7 @@ def create_app(
             text = chat.decode(body)
             parsed = Message.assistant(text)  # no tools offered (e.g. a user simulator): the text is the answer
             if tools and req.tool_choice != "none":
-                found = parse_assistant_text(text, make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}")
+                found = chat.parse(text, tools, make_id=lambda k: f"call_{uuid.uuid4().hex[:24]}")
                 if not found.errors:  # a malformed call stays text, as vLLM's hermes parser leaves it
                     parsed = found.message
             message = parsed.to_openai()

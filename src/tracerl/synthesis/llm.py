@@ -1,8 +1,11 @@
-"""LLM-written environments: ask an OpenAI-compatible model for an env module, check it in the
-sandbox, feed the failures back, up to `max_rounds` rounds.
+"""LLM-written environments: ask the analysis model (`tracerl.models.analysis`) for an env module,
+check it in the sandbox, feed the failures back, up to `max_rounds` rounds.
 
 The model gets the capability (name, description), a few example failed trajectories, the
-target's tool schemas and the module contract (below); it answers with one Python code block.
+target's tool schemas, the domain's policy text (`Target.policy`: the rules its environment must
+state) and the module contract (below); it answers with one Python code block. An answer without
+one is asked again (the client's retries) and counted unusable; a round whose request never got an
+answer, when no request has, stops with one line (`InputError`): the endpoint is not there.
 Each answer is written with target.json into a staging folder and checked by
 `run_in_sandbox`; on failure the check report (or the crash) goes back as the next user turn.
 """
@@ -17,9 +20,11 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text
 from tracerl.envs.synthetic.envdir import MODULE_PY, TARGET_JSON
 from tracerl.envs.synthetic.target import Target
+from tracerl.models.analysis import AnalysisClient
 from tracerl.synthesis.sandbox import SandboxLimits, SandboxResult, run_in_sandbox
 
 CONTRACT = """\
@@ -36,7 +41,9 @@ Write ONE self-contained Python module (answer with a single ```python code bloc
   for domain errors. Use 2-5 tools.
 - The task comes from the seed only (`random.Random(f"...{difficulty}|{seed}")`): same seed => same task;
   different seeds => different tasks. `difficulty` (0-4) adds records, constraints or steps.
-- Opening messages: a short system prompt starting with the target's title line, then the user's request.
+- Opening messages: a short system prompt starting with the target's title line, then the user's request. Where the
+  domain's policy is given below, the system prompt states the rules of it that bear on the task, in its words;
+  invent no rule that contradicts it.
 - Reward: computed by code from the tool calls, the state and the final answer (no LLM judge); multi-level where
   it makes sense; 1.0 only when the task is solved. The oracle must score 1.0; saying only
   "I'm sorry, I can't help with that." must score < 1. Judge decisions from every call the agent made, failed
@@ -77,8 +84,10 @@ def build_prompt(capability: dict[str, Any], target: Target, examples: list[str]
     """The opening chat of a generation: contract, capability, failures, tool schemas."""
     tools = json.dumps([{**t.to_openai()["function"], "kind": t.kind} for t in target.tools], indent=1)
     shown = "\n\n".join(f"--- example {i + 1} ---\n{e}" for i, e in enumerate(examples[:3])) or "(none given)"
+    policy = (f"The domain's policy (its rules are the ones your environment states):\n{target.policy}\n\n"
+              if target.policy else "")
     user = (
-        f"Target domain: {target.name} (system prompt title: {target.title!r}).\n\n"
+        f"Target domain: {target.name} (system prompt title: {target.title!r}).\n\n{policy}"
         f"Capability to train: {capability['name']}\n{capability.get('description', '')}\n\n"
         f"Example failed trajectories of the agent:\n{shown}\n\n"
         f"Target tool schemas (name, description, parameters, kind):\n{tools}\n"
@@ -101,38 +110,45 @@ def extract_code(text: str) -> str | None:
     return None
 
 
+def module_code(answer: str) -> str:
+    """The module an answer holds (`extract_code`); a ValueError for an answer without one (unusable)."""
+    code = extract_code(answer)
+    if code is None:
+        raise ValueError("the answer has no ```python code block")
+    return code
+
+
 def generate_env_module(
     capability: dict[str, Any],
     target: Target,
-    client: Any,
-    model: str,
+    client: AnalysisClient,
     *,
     examples: list[str] | None = None,
     max_rounds: int = 5,
     limits: SandboxLimits | None = None,
     temperature: float = 0.2,
-    max_tokens: int = 8000,
 ) -> GenerationResult:
-    """Ask `client` (an `openai.OpenAI`) for a module until one passes the sandbox checks."""
+    """Ask the analysis model for a module until one passes the sandbox checks."""
     messages = build_prompt(capability, target, examples or [])
     rounds: list[GenerationRound] = []
     last: SandboxResult | None = None
     for k in range(1, max_rounds + 1):
-        response = client.chat.completions.create(model=model, messages=messages, temperature=temperature,
-                                                  max_tokens=max_tokens)
-        answer = response.choices[0].message.content or ""
-        code = extract_code(answer)
+        code, problem = client.reply(messages, module_code, max_tokens=client.config.writer_max_tokens,
+                                     temperature=temperature)
         if code is None:
-            problem = "the answer has no ```python code block"
-        else:
-            last = check_module_source(code, target, limits)
-            if last.ok:
-                rounds.append(GenerationRound(round=k, ok=True, problem=""))
-                return GenerationResult(ok=True, source=code, rounds=rounds, sandbox=last)
-            problem = last.summary()
+            if client.stats.answered == 0:  # nothing ever came back: the endpoint is not there
+                raise InputError(f"analysis model {client.where}: no answer to the environment writer's requests "
+                                 f"({client.stats.summary()}); last: {problem}")
+            rounds.append(GenerationRound(round=k, ok=False, problem=problem or "no answer"))
+            continue
+        last = check_module_source(code, target, limits)
+        if last.ok:
+            rounds.append(GenerationRound(round=k, ok=True, problem=""))
+            return GenerationResult(ok=True, source=code, rounds=rounds, sandbox=last)
+        problem = last.summary()
         rounds.append(GenerationRound(round=k, ok=False, problem=problem))
-        messages += [
-            {"role": "assistant", "content": answer},
+        messages = messages + [
+            {"role": "assistant", "content": f"```python\n{code}```"},
             {"role": "user", "content": f"The module failed the checks:\n{problem}\n\nFix it and answer with the whole module."},
         ]
     return GenerationResult(ok=False, source=None, rounds=rounds, sandbox=last)

@@ -15,12 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from tracerl.contracts import (
     CalibrationBands,
     CalibrationResult,
-    CapabilitiesFile,
     EnvIndex,
+    read_capability_list,
 )
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.envs.synthetic.target import Target
+from tracerl.envs.synthetic.templates import template_for
+from tracerl.models.analysis import AnalysisClient, AnalysisConfig
 from tracerl.synthesis.synthesize import (
     calibrate_env_dir,
     env_record,
@@ -50,6 +52,7 @@ class SynthesisRun:
     """What `run_synthesize` returns: the index it wrote and, per capability, its outcome and calibration."""
     index: EnvIndex
     outcomes: list[tuple[Any, CalibrationResult | None]] = field(default_factory=list)  # (SynthesisOutcome, …)
+    analysis: str | None = None  # what the analysis model was asked and what came back (`AnalysisStats.summary`)
 
     @property
     def ok(self) -> bool:
@@ -58,25 +61,33 @@ class SynthesisRun:
 
 def run_synthesize(capabilities: Path, target: Target, out_dir: Path, config: SynthesizeConfig, *,
                    make_policy: Callable[[], Policy] | None = None, policy_info: dict[str, Any] | None = None,
-                   llm: tuple[Any, str] | None = None, on_episode: Callable[[str], None] | None = None,
+                   llm: AnalysisConfig | None = None, on_episode: Callable[[str], None] | None = None,
                    on_outcome: Callable[[Any], None] | None = None) -> SynthesisRun:
     """Synthesize (and, with `config.calibrate`, calibrate with a fresh `make_policy()` each) an
     environment per capability selected in the file `capabilities` into `out_dir`, then write
     `out_dir/index.json`.
 
-    `policy_info` is recorded in each calibration.json's settings beside the temperature; `llm` is
-    (OpenAI client, model) for LLM-written environments; `on_episode(capability)` follows each
-    calibration episode, `on_outcome(outcome)` each capability's synthesis."""
-    selected = CapabilitiesFile.read(capabilities).selected()
+    `policy_info` is recorded in each calibration.json's settings beside the temperature; `llm` is the
+    analysis model for LLM-written environments; `on_episode(capability)` follows each calibration
+    episode, `on_outcome(outcome)` each capability's synthesis. `capabilities` is selection's
+    capabilities.json or a hand-written list (`read_capability_list`). The capabilities the LLM writes
+    come first, so that an analysis model that answers nothing stops the stage (an InputError) before
+    any environment is written."""
+    selected = read_capability_list(capabilities)
     if not selected:
-        raise InputError("no capability is selected: nothing to synthesize", path=str(capabilities))
+        raise InputError("no capability is selected: nothing to synthesize (selection found none whose absence "
+                         "explains the agent's failures; its table is `tracerl select`'s, its figures this file's; "
+                         "to build environments for gaps you know, give `tracerl synthesize --capabilities` a list of "
+                         "names and descriptions)", path=str(capabilities))
     if config.calibrate and make_policy is None:
         raise InputError("calibration needs the base policy")
+    client = AnalysisClient(llm) if llm is not None else None
     run = SynthesisRun(index=EnvIndex(target=target.name, generator=config.generator, environments=[]))
     records = []
-    for cap in selected:
+    by_llm = [cap for cap in selected if config.generator == "llm" or template_for(cap.name) is None]
+    for cap in by_llm + [cap for cap in selected if cap not in by_llm]:
         outcome = synthesize_capability(cap, target, out_dir, generator=config.generator, difficulty=config.difficulty,
-                                        llm=llm, max_rounds=config.max_rounds, hint_fraction=config.hint_fraction)
+                                        llm=client, max_rounds=config.max_rounds, hint_fraction=config.hint_fraction)
         if on_outcome is not None:
             on_outcome(outcome)
         result = None
@@ -87,5 +98,10 @@ def run_synthesize(capabilities: Path, target: Target, out_dir: Path, config: Sy
                                        on_done=None if on_episode is None else lambda _t, name=cap.name: on_episode(name))
         records.append(env_record(outcome, result, out_dir))
         run.outcomes.append((outcome, result))
+    order = [cap.name for cap in selected]
+    records.sort(key=lambda r: order.index(r.capability))
+    run.outcomes.sort(key=lambda pair: order.index(pair[0].capability))
+    if client is not None and by_llm:
+        run.analysis = client.stats.summary()
     run.index = write_env_index(out_dir, target.name, config.generator, records)
     return run

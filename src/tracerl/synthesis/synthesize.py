@@ -39,6 +39,7 @@ from tracerl.envs.synthetic.envdir import (
 from tracerl.envs.synthetic.target import Target
 from tracerl.envs.synthetic.templates import MAX_DIFFICULTY, template_for
 from tracerl.synthesis.calibration import calibrate
+from tracerl.models.analysis import AnalysisClient
 from tracerl.synthesis.llm import generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
 
@@ -73,7 +74,7 @@ def synthesize_capability(
     *,
     generator: Generator = "template",
     difficulty: int = 1,
-    llm: tuple[Any, str] | None = None,  # (openai client, model name)
+    llm: AnalysisClient | None = None,  # the analysis model, for environments no template builds
     max_rounds: int = 5,
     limits: SandboxLimits | None = None,
     seeds: int = len(DEFAULT_SEEDS),
@@ -95,11 +96,11 @@ def synthesize_capability(
     if llm is None:
         why = "no built-in template for it" if generator == "template" else "generator 'llm' chosen"
         return SynthesisOutcome(name, "-", None, None,
-                                error=f"{why} and no LLM configured (--llm-model, --llm-base-url)")
+                                error=f"{why} and no analysis model configured (analysis.model and analysis.base_url, "
+                                      "or --analysis-model and --analysis-base-url)")
 
-    client, model = llm
     limits = limits or SandboxLimits(seeds=seeds, difficulty=difficulty)
-    result = generate_env_module({"name": name, "description": description}, target, client, model,
+    result = generate_env_module({"name": name, "description": description}, target, llm,
                                  examples=capability_examples(cap), max_rounds=max_rounds, limits=limits)
     if not result.ok or result.source is None:
         return SynthesisOutcome(name, "llm", None, result.sandbox.report if result.sandbox else None,

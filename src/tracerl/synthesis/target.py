@@ -4,6 +4,8 @@ A target is an environment tracerl can play (a built-in domain such as "airline"
 `package.module:factory` environment: `target_from_env`), a τ²-bench domain given by its tools.json
 (a `policy.md` next to it, if any, gives the prompt title), or a τ²-bench domain played live
 (`target_from_live_env`: its tools, policy title and gold actions' values, no tools.json needed).
+A policy file (`target.policy`, `--policy`) replaces the policy a target states: its title, preamble,
+domain rules and closing lines (`with_policy`), and the text the LLM environment writer is given.
 The prompt format is kept as `preamble` and `closing` lines: for an environment, its own system
 prompt minus its domain rules (the lines that start with a label such as "Cancel:"), which a
 synthetic environment replaces with its own rules; for a tools.json, the policy's title.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,29 +35,61 @@ from tracerl.envs.runner import Episode, rollout
 from tracerl.envs.synthetic.target import Target, tool_families
 
 
-def load_target(spec: str) -> Target:
-    """A path to a τ²-bench-style tools.json, or an environment (`target_from_env`)."""
+def load_target(spec: str, policy: str | Path | None = None) -> Target:
+    """A path to a τ²-bench-style tools.json, or an environment (`target_from_env`); `policy`, a file of
+    the domain's policy text (`target.policy`), replaces the policy the target states itself."""
     path = Path(spec)
     if path.suffix == ".json" or path.is_file():
-        return target_from_tools_json(path)
-    return target_from_env(spec)
+        target = target_from_tools_json(path)
+    else:
+        target = target_from_env(spec)
+    return target if policy is None else with_policy(target, read_policy(policy))
+
+
+def read_policy(path: str | Path) -> str:
+    """The policy text of a file (`target.policy`); an InputError for a missing or empty one."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError("no such policy file", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the policy file ({e})", path=str(path)) from None
+    if not text.strip():
+        raise InputError("the policy file is empty", path=str(path))
+    return text.strip()
+
+
+def with_policy(target: Target, policy: str) -> Target:
+    """`target` stating the domain's `policy`: its title (the first '#' line, else the target's), its lines
+    before the domain rules, the rules ("Label: …" lines; `split_prompt`) and the lines after them, and
+    the whole text for the LLM environment writer."""
+    preamble, rules, closing = split_prompt(policy)
+    heading = next((line.strip() for line in preamble if line.startswith("#")), None)
+    title = heading or target.title
+    if heading is None:
+        preamble = (title, *preamble)
+    return replace(target, title=title, preamble=preamble, rules=rules, closing=closing, policy=policy)
 
 
 def target_from_tools_json(path: Path) -> Target:
+    """The target of a tools.json (`tracerl tools` writes one). A `policy.md` beside it (τ²-bench's domain
+    folders have one) gives the title and, to the LLM environment writer, the policy text; its lines go in
+    the templates' prompts only when it is given as `target.policy` (`load_target`)."""
     if not path.exists():
         raise InputError("no such file (the target is an environment or a path to a tools.json)", path=str(path))
     tools = load_tools_json(path)
     name = path.parent.name or path.stem
     title = f"# {name.capitalize()} agent policy"
-    policy = path.parent / "policy.md"
-    if policy.exists():
-        first = policy.read_text().lstrip().splitlines()[0:1]
-        if first and first[0].startswith("#"):
-            title = first[0].strip()
     target = Target(name=name, tools=tuple(tools), title=title, source=str(path), preamble=(title,))
     if not tool_families(target.tools):
         raise InputError("no read tool shares an id parameter with a write tool: nothing to build on", path=str(path))
-    return target
+    beside = path.parent / "policy.md"
+    if not beside.exists():
+        return target
+    policy = read_policy(beside)
+    heading = next((line.strip() for line in policy.splitlines() if line.strip()), "")
+    title = heading if heading.startswith("#") else title
+    return replace(target, title=title, preamble=(title,), policy=policy)
 
 
 def target_from_env(spec: str) -> Target:
@@ -71,7 +106,8 @@ def target_from_env(spec: str) -> Target:
     title = preamble[0] if preamble else f"# {env.name.capitalize()} agent policy"
     return Target(name=env.name, tools=tuple(env.tools), title=title, source=spec,
                   preamble=preamble or (title,), closing=closing, rules=rules, value_examples=gold_value_examples(env),
-                  result_examples=oracle_result_examples(spec, env), request_examples=task_request_examples(env))
+                  result_examples=oracle_result_examples(spec, env), request_examples=task_request_examples(env),
+                  policy=prompt.strip())
 
 
 def gold_value_examples(env: Any, seeds: int = 50, per_parameter: int = 20) -> dict[str, list[str]]:

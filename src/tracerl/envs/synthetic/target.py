@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracerl.contracts import TargetFile
-from tracerl.core.tools import ToolSchema
+from tracerl.core.tools import ToolSchema, tools_json
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Target:
     #                 "user": the user's record there, "allowed": whether the target's rules allowed it,
     #                 "write": the write {name, arguments} that serves it}] (see `request_examples`)
     request_examples: dict[str, list[dict[str, Any]]] | None = None
+    policy: str = ""  # the domain's policy text, whole (preamble, rules and closing come from it)
 
     def tool(self, name: str) -> ToolSchema:
         for t in self.tools:
@@ -52,14 +53,14 @@ class Target:
         return cls(name=file.name, tools=tuple(ToolSchema.from_openai(t) for t in file.tools), title=file.title,
                    source=file.source, preamble=tuple(file.preamble), closing=tuple(file.closing),
                    value_examples=file.value_examples or None, result_examples=file.result_examples or None,
-                   request_examples=file.request_examples or None, rules=tuple(file.rules))
+                   request_examples=file.request_examples or None, rules=tuple(file.rules), policy=file.policy)
 
     def file(self) -> TargetFile:
         """target.json's content."""
         return TargetFile(name=self.name, title=self.title, source=self.source, preamble=list(self.preamble),
                           closing=list(self.closing), value_examples=self.value_examples or {},
                           result_examples=self.result_examples or {}, request_examples=self.request_examples or {},
-                          rules=list(self.rules), tools=[{**t.to_openai(), "x-tool-type": t.kind} for t in self.tools])
+                          rules=list(self.rules), policy=self.policy, tools=tools_json(list(self.tools)))
 
 
 def request_parameters(request: str) -> set[str]:
