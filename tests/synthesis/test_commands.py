@@ -57,7 +57,7 @@ def test_synthesize_and_calibrate_with_a_scripted_base_policy(retail, tmp_path, 
     caps = _capabilities(tmp_path / "caps.json", ["multi_step_completion"])
     out = tmp_path / "envs"
     assert main(["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", str(out),
-                 "--model", "scripted:0.8", "--seeds", "10", "--group-size", "4", "--max-rounds", "2"]) == 0
+                 "--base", "scripted:0.8", "--seeds", "10", "--group-size", "4", "--max-rounds", "2"]) == 0
     saved = read_json(out / "multi_step_completion" / "calibration.json")
     assert saved["policy"] == "scripted:0.8" and saved["group_size"] == 4 and len(saved["seeds"]) == 10
     assert saved["settings"]["temperature"] == 0.7
@@ -69,7 +69,7 @@ def test_synthesize_and_calibrate_with_a_scripted_base_policy(retail, tmp_path, 
     bands = tmp_path / "bands.json"
     write_json(bands, {"success_rate": [0.0, 1.0], "mean_reward": [0.0, 1.0], "max_all_success": 1.0,
                        "max_all_zero": 1.0, "max_constant": 1.0, "min_informative": 0.0, "min_reward_std": 0.0})
-    assert main(["calibrate", str(out / "multi_step_completion"), "--model", "scripted:1.0", "--seeds", "3",
+    assert main(["calibrate", str(out / "multi_step_completion"), "--base", "scripted:1.0", "--seeds", "3",
                  "--group-size", "2", "--bands", str(bands), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["accepted"] and result["stats"]["success_rate"] == 1.0 and len(result["rounds"]) == 1
@@ -104,8 +104,8 @@ def test_bad_inputs_exit_2_with_one_line(retail, tmp_path, capsys):
          "x.json: no such file (the target is an environment or a path to a tools.json)"),
         (["synthesize", "--capabilities", str(caps), "--target", retail.source, "--out", out, "--generator", "magic"],
          "field 'generator': Input should be 'template' or 'llm'"),
-        (["calibrate", str(tmp_path / "nowhere"), "--model", "scripted:0.5"], "env.json: no such file"),
-        (["calibrate", str(tmp_path), "--model", "scripted:0.5", "--bands", str(bands)], "env.json: no such file"),
+        (["calibrate", str(tmp_path / "nowhere"), "--base", "scripted:0.5"], "env.json: no such file"),
+        (["calibrate", str(tmp_path), "--base", "scripted:0.5", "--bands", str(bands)], "env.json: no such file"),
     ]
     for argv, message in cases:
         assert main(argv) == 2, argv
@@ -122,7 +122,7 @@ def test_calibrate_rejects_bad_bands(retail, tmp_path, capsys):
     capsys.readouterr()
     bands = tmp_path / "bands.json"
     write_json(bands, {"min_std": 0.1})
-    assert main(["calibrate", str(out / "tool_call_precision"), "--model", "scripted:0.5", "--bands", str(bands)]) == 2
+    assert main(["calibrate", str(out / "tool_call_precision"), "--base", "scripted:0.5", "--bands", str(bands)]) == 2
     assert "bands.json: field 'min_std': Extra inputs are not permitted" in capsys.readouterr().err
 
 

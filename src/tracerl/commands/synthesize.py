@@ -12,7 +12,7 @@ import typer
 from tracerl.commands import analysis as opt
 from tracerl.core.errors import InputError
 
-MODEL_HELP = "Base policy: 'tiny-agent' (the shipped agent), a Hugging Face model path, or 'scripted:ACCURACY'."
+MODEL_HELP = "The base agent that calibration plays: 'tiny-agent' (the shipped agent), a Hugging Face model path, or 'scripted:ACCURACY'."
 
 
 def make_policy(model: str, temperature: float, seed: int) -> Any:
@@ -24,7 +24,7 @@ def make_policy(model: str, temperature: float, seed: int) -> Any:
             accuracy = float(model.split(":", 1)[1])
             return NoisyOraclePolicy(accuracy=accuracy, seed=seed)
         except ValueError as e:
-            raise InputError(f"--model {model}: {e}") from None
+            raise InputError(f"--base {model}: {e}") from None
     from tracerl.models.local import LocalPolicy, load_model
 
     net, tokenizer = load_model(model)
@@ -82,7 +82,7 @@ def synthesize(
     difficulty: int = typer.Option(1, "--difficulty", min=0, max=4, help="Starting difficulty (0–4)."),
     hint_fraction: float = typer.Option(0.25, "--hint-fraction", min=0.0, max=1.0,
                                         help="Share of each GRPO group sampled with the hint (written to env.json)."),
-    model: str = typer.Option("tiny-agent", "--model", help=MODEL_HELP),
+    model: str = typer.Option("tiny-agent", "--base", help=MODEL_HELP),
     seeds: int = typer.Option(100, "--seeds", min=1, help="Calibration seeds (groups)."),
     group_size: int = typer.Option(16, "--group-size", min=1, help="Samples per seed."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature of the base policy."),
@@ -166,7 +166,7 @@ def synthesize(
 
 def calibrate_command(
     env_dir: Path = typer.Argument(..., help="An env directory (envs/<capability>/)."),
-    model: str = typer.Option("tiny-agent", "--model", help=MODEL_HELP),
+    model: str = typer.Option("tiny-agent", "--base", help=MODEL_HELP),
     seeds: int = typer.Option(100, "--seeds", min=1, help="Seeds (groups)."),
     group_size: int = typer.Option(16, "--group-size", min=1, help="Samples per seed."),
     temperature: float = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature."),
