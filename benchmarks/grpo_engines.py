@@ -33,7 +33,7 @@ def train_with(engine: str, env_dir: Path, steps: int, out: Path) -> list[dict]:
     from tracerl.training.run import build_trainer, resolve_env
 
     run = load_run_config(DEMO_CONFIG)
-    cfg = train_config(run.train, run.rollout).model_copy(update={"max_steps": steps, "eval_episodes": 0,
+    cfg = train_config(run.train, run.rollout, run.seed).model_copy(update={"max_steps": steps, "eval_episodes": 0,
                                                                   "save_steps": steps})
     make_env, name, _ = resolve_env(env_dir)
     cpu = [0.0]
