@@ -35,6 +35,25 @@ def builtin_env_dirs(root: Path, difficulty: int) -> list[Path]:
                           target) for cap in sorted(TEMPLATES)]
 
 
+def copied_ids(trajectories) -> dict[str, dict[str, float]]:
+    """Of the read and of the write tool calls (by the tools' kinds) that pass an id (a string argument
+    named `…_id`), the share whose every id appeared verbatim in an earlier user or tool message."""
+    counts = {"read": [0, 0], "write": [0, 0]}
+    for t in trajectories:
+        kinds = {tool.name: tool.kind for tool in t.tools}
+        seen = ""
+        for m in t.messages:
+            if m.role in ("user", "tool"):
+                seen += "\n" + (m.content or "")
+            for call in (m.tool_calls or []) if m.role == "assistant" else []:
+                ids = [v for k, v in (call.parsed_arguments() or {}).items() if k.endswith("_id") and isinstance(v, str)]
+                kind = kinds.get(call.function.name)
+                if ids and kind in counts:
+                    counts[kind][0] += 1
+                    counts[kind][1] += all(v in seen for v in ids)
+    return {f"{kind}s": {"calls": n, "copied": round(ok / n, 3) if n else None} for kind, (n, ok) in counts.items()}
+
+
 def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: list[int],
                      max_new_tokens: int) -> dict:
     """Greedy episodes of `base` (+ the adapter in `adapter_dir`) on `seeds` of the environment in
@@ -43,7 +62,6 @@ def held_out_success(env_dir: Path, base: str, adapter_dir: Path | None, seeds: 
     the share of read and of write calls whose ids were copied from the conversation."""
     from collections import defaultdict
 
-    from agent_id_copying import copied_ids
     from tracerl.envs.runner import Episode, rollout
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.envs.synthetic.envdir import load_env_dir

@@ -31,13 +31,14 @@ import time
 
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 from tracerl.models.composed.adapters import LoRAAdapter, LoRAModule
 from tracerl.models.composed.composition import compose
 from tracerl.models.composed.layers import GatedLoRALinear
 from tracerl.models.composed.merge import merge_adapters
 from tracerl.models.generation import _forward_signature
+from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -124,7 +125,10 @@ def main() -> None:
     moe = composition.composed_model  # routes every call through per-call hooks
     variants += [("moe-dense", moe, {"strategy": "dense"}), ("moe-gather", moe, {"strategy": "gather"})]
 
-    task = compose(copy.deepcopy(base).to(device), adapters, mode="merge").composed_model
+    # a task-level composition holds a router, which needs a tokenizer whose router labels are single tokens; the
+    # routing weights below are given, so the router never runs: the embedded agent's tokenizer serves
+    tokenizer = AutoTokenizer.from_pretrained(TINY_AGENT_DIR)
+    task = compose(copy.deepcopy(base).to(device), adapters, mode="merge", tokenizer=tokenizer).composed_model
     one_hot = torch.zeros(args.batch, args.experts + 1, dtype=dtype, device=device)
     one_hot[torch.arange(args.batch), torch.arange(args.batch) % args.experts + 1] = 1
     alpha = torch.full((args.batch, args.experts + 1), 1.0 / (args.experts + 1), dtype=dtype, device=device)

@@ -1,7 +1,7 @@
 """The demo's GRPO stage with each in-process sampling engine, side by side in one run.
 
 The demo's training settings (`src/tracerl/configs/demo.yaml`: 4 groups × 8 rollouts per step,
-256 new tokens per turn at temperature 1, LoRA r 8, micro-batches of 8) on its two template
+256 new tokens per turn at temperature 1, LoRA r 8, micro-batches of 8) on two of its template
 environments (airline target, difficulty 1), trained twice from the same seed: rollouts through
 `LocalPolicy(engine="lockstep")` (rounds of `act`: every live episode's turn in one batch, rows
 waiting for the longest) and `engine="continuous"` (the default: `tracerl.models.continuous`).
@@ -33,7 +33,7 @@ def train_with(engine: str, env_dir: Path, steps: int, out: Path) -> list[dict]:
     from tracerl.training.run import build_trainer, resolve_env
 
     run = load_run_config(DEMO_CONFIG)
-    cfg = train_config(run.train, run.rollout).model_copy(update={"max_steps": steps, "eval_episodes": 0,
+    cfg = train_config(run.train, run.rollout, run.seed).model_copy(update={"max_steps": steps, "eval_episodes": 0,
                                                                   "save_steps": steps})
     make_env, name, _ = resolve_env(env_dir)
     cpu = [0.0]
@@ -56,7 +56,7 @@ def train_with(engine: str, env_dir: Path, steps: int, out: Path) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=6, help="GRPO steps per engine (the demo runs 6)")
+    ap.add_argument("--steps", type=int, default=6, help="GRPO steps per engine (the demo runs 12)")
     ap.add_argument("--env", choices=TEMPLATES, action="append", help="default: both")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

@@ -62,7 +62,7 @@ def bench_aggregation(runs: int, trajectories: int, capabilities: int, bootstrap
     print(f"  whole document (records → capabilities.json, B={bootstrap}) {td:6.2f} s")
 
 
-def bench_rules(trajectories: int, shared: Path) -> None:
+def bench_rules(trajectories: int, tau2_data: Path) -> None:
     from tracerl.envs.airline import task_seeds
     from tracerl.envs.loading import load_rollouts
     from tracerl.envs.registry import make_env
@@ -81,7 +81,7 @@ def bench_rules(trajectories: int, shared: Path) -> None:
     print(f"rules labeller, {len(ts):,} airline flawed rollouts ({calls:,} tool calls), {len(caps)} capabilities:")
     print(f"  (collecting them took {tr:.1f} s)")
     print(f"  labelling {tl:8.2f} s  = {len(ts) / tl:,.0f} trajectories/s, {tl / len(ts) * 1e6:,.0f} µs per trajectory")
-    sample = shared / "tau2" / "retail" / "sample_results.json"
+    sample = tau2_data / "retail" / "sample_results.json"
     if sample.exists():
         tload, tau = timed(lambda: load_rollouts(sample), repeat=3)
         tlab, _ = timed(lambda: labeller.label(tau, caps, 0), repeat=3)
@@ -98,9 +98,9 @@ def main() -> None:
     parser.add_argument("--capabilities", type=int, default=10)
     parser.add_argument("--bootstrap", type=int, default=1000)
     args = parser.parse_args()
-    shared = Path(__file__).resolve().parents[1] / ".." / "shared"
+    tau2_data = Path(__file__).resolve().parents[1] / "tests" / "data" / "tau2"  # τ²-bench's retail sample, with its licence
     bench_aggregation(args.runs, args.trajectories, args.capabilities, args.bootstrap)
-    bench_rules(args.trajectories, shared)
+    bench_rules(args.trajectories, tau2_data)
 
 
 if __name__ == "__main__":

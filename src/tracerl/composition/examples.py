@@ -10,7 +10,8 @@ The system prompt is shared by every environment of one target (interface-faithf
 its tokens — identical and, the model being causal, with identical hidden states — cannot tell
 capabilities apart. Later turns (tool calls, tool results, the scripted user's replies) look alike
 across environments too: with them in the label mask a linear gate fits them and no longer tells
-the openings apart (benchmarks/README.md, "Composition"). They still take the LM loss.
+the openings apart (benchmarks/README.md, "Composition: routing and composed success"). They still
+take the LM loss.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ the layers below routing by their gates already fitted, and the layer's gate is 
 to the tokens' target weights (multinomial logistic regression on the RMS-normalised hidden state, L-BFGS,
 a small ridge). No minibatch is drawn, so the fit is deterministic, and it runs to convergence:
 the Switch objective's 100 minibatch steps left the label loss at ~1.06 and routed one capability
-0% or 100% depending on the gate seed (benchmarks/README.md, "Composition").
+0% or 100% depending on the gate seed (benchmarks/README.md, "Composition: routing and composed
+success").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ the rest. Trained on whole episodes (a 631-token system prompt, one such token p
 model of a million parameters had not formed that head after 2,000 steps and guessed a frequent
 name; on short drills it forms within ~600 steps and then works with the system prompt too. The
 step it forms at varies with the seed and the data (the shipped agent's by drill step 800; another
-seed's not by 1,700), hence the drill check (benchmarks/README.md, "One request at a time"). The
+seed's not by 1,700), hence the drill check (docs/embedded-agent.md, "How it is built"). The
 values a user gives in answer to the agent's question (a payment id, a date) are copied from the
 message right before, yet formed later (the shipped agent's at 1,350; a build whose check did not
 wait for them wrote half of its payment ids at chance), so the check waits for them too.
@@ -164,7 +164,7 @@ def copy_drills(trajectory: Trajectory, said_words: bool = False) -> list[Trajec
     the copy is easy to learn, and a write late in an episode is drilled from the request it serves.
     (Drills from one user message further back as well, so that the value sits at varying distances
     from the start, kept the reservation id's first word from being learnt: 2 of 40 teacher-forced,
-    benchmarks/README.md.)
+    2026-12-03 at f982bdb.)
     """
     drills = []
     messages = trajectory.messages

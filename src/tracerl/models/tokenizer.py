@@ -15,14 +15,14 @@ Numbers: by default every digit is its own token, as in Qwen. With `number_digit
 cut into runs of up to three digits from the left, as Llama 3's tokenizer does, and every run of one
 to three digits is one token: an amount such as 437 is then one token of a thousand, which can be
 copied by the lookup that copies an id word, where ten digit tokens recur everywhere and a copy of
-the digits after the first has nothing to find its place by. (The v28 agent has this tokenizer and
-still says no refund it read: benchmarks/README.md, v28.)
+the digits after the first has nothing to find its place by. (The shipped agent has this tokenizer
+and still says no number it read in a tool result: docs/embedded-agent.md, "What it cannot do".)
 
 JSON keys: with `json_keys`, a key with its colon, the space after it and a string's opening quote
 is one pre-token (`"amount": `, `"reservation_id":"`), so that a value in a tool result is the token
 right after its key's. Without it a value sits two or three tokens after its key word (`amount`,
 `":`, ` `, `582`), where every value of every key has the same one or two tokens before it. Measured
-(benchmarks/README.md, "JSON keys as tokens"): with it the id-read lookup formed by drill step 700
+(2026-12-03 at 5920521): with it the id-read lookup formed by drill step 700
 in both build seeds (without, in one of two), and a value read by its key, such as the refund, is
 still not said. The shipped agent has it (`--json-keys`).
 """

@@ -6,7 +6,7 @@ then for each request read the reservation (and search flights for a change), ch
 `SubTask.check`; with `cite_values` each answer after the values it reads, `SubTask.cited_check`),
 state the action (and the amount it computed, if any) and ask to confirm, ask which payment method
 to use when the write charges one (the user names the id again: a small model copies an id from
-the message just before the call, benchmarks/README.md "The payment asked for"), make the write,
+the message just before the call, docs/embedded-agent.md "What it is"), make the write,
 and ask for the next request; refuse forbidden requests (asking for the next one in the same
 message). The user gives its requests one at a time and ends when asked for one after the last.
 Their episodes have a model's shape: one tool call (with an id) or one text per assistant turn.

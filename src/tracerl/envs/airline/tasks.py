@@ -22,8 +22,8 @@ A confirmation restates what the agent decided or computed (a new flight, a bag 
 a certificate's amount), never an amount it would only copy out of a record: a cancellation's
 refund and a new flight's price are not required to be said. The embedded agent copies ids and
 computes these values, but no build has learnt to say a number found by its key in a tool result
-(at most 1 of 46 held-out refunds, even on drills that write the record's key before it:
-benchmarks/README.md, "Amounts read by key"), and no capability template teaches that copy, so
+(at most 1 of 46 held-out refunds, even on drills that write the record's key before it, 2026-12-03 at
+d2343e5; docs/embedded-agent.md, "What it cannot do"), and no capability template teaches that copy, so
 it would cap every variant alike instead of showing where TRACE helps.
 """
 
@@ -83,7 +83,7 @@ REASONS = {"change_of_plan": "a change of plan", "health": "my health", "weather
 # codes ('8JX2WO'). A code of letters and digits is a run of characters that recur all over the
 # episode, and a 0.9M-parameter agent never learnt to copy it; of a two-word id ('wren_amber') it
 # learnt the first word's lookup or the second word's, not both, from one drill mix to the next
-# (benchmarks/README.md, "Reservation ids a small agent can copy", "One request at a time").
+# (measured 2026-12-01 to 2026-12-03; docs/embedded-agent.md, "What it is").
 CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch", "maple", "oak", "pine",
               "rowan", "willow", "yew", "crane", "dove", "egret", "finch", "heron", "ibis", "kite", "lark",
               "otter", "owl", "robin", "swan", "tern", "wren", "amber", "coral", "jade", "onyx", "opal",
@@ -92,8 +92,8 @@ CODE_WORDS = ("alder", "aspen", "birch", "cedar", "elm", "fir", "hazel", "larch"
 _CODE_WORD = "(?:" + "|".join(CODE_WORDS) + ")"
 RESERVATION_ID = re.compile(rf"\b{_CODE_WORD}\b")
 # User and payment ids end in a word of their own pool ('mia_lee_plum', 'gift_card_harp'), for the
-# same reason: a run of digits is copied far less reliably than a word (benchmarks/README.md,
-# "One request at a time").
+# same reason: a run of digits is copied far less reliably than a word (docs/embedded-agent.md,
+# "What it is").
 ID_WORDS = ("anchor", "basket", "bucket", "button", "candle", "carpet", "castle", "cotton", "drum", "feather",
             "fiddle", "hammer", "harp", "helmet", "island", "jacket", "kettle", "ladder", "ladle", "lantern",
             "lemon", "magnet", "marble", "mirror", "mitten", "needle", "olive", "paddle", "parcel", "pepper",

@@ -129,7 +129,7 @@ class TemplateEnv(ToolEnv):
     def tool_names(self) -> list[str]:
         """The tools this env lists: every tool of the target, in its order, for the agent reads its
         prompt's tool list: with only the task's tools listed, an agent checked a record where on the
-        target it did not (benchmarks/README.md, "The rule check said, the guidance read")."""
+        target it did not (measured 2026-12-04; listing every tool since 3fcdd22)."""
         return [t.name for t in self.target.tools]
 
     def task_tools(self) -> list[str]:

@@ -15,7 +15,7 @@ rules in the prompt, allowed or forbidden with probability ½ each — the decis
 on the target, on the target's own fields (booking time, cabin, insurance and the stated reason on
 the built-in airline). The other half keeps the template's own conditions: a decision a small
 agent learns in a few hundred rollouts, where the target's alone it did not learn in 3,200
-(benchmarks/README.md, "Capability adapters").
+(measured 2026-12-04 at 5a0a75d with the agent shipped then).
 
 Decisions are read from every write call the agent made, the failed ones too. A failed write
 counts as trying it on a record when it named that record or none of the task's records (a
