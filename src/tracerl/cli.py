@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -22,6 +23,19 @@ app = typer.Typer(
     add_completion=False,
 )
 console = Console(stderr=True)
+
+
+@app.callback()
+def _options(
+    allow_unconfined_generated_code: bool = typer.Option(
+        False, "--allow-unconfined-generated-code",
+        help="Run LLM-written environment code even where the kernel cannot confine it (no Landlock or seccomp): "
+             "it then has your user's access to files and network."),
+) -> None:
+    if allow_unconfined_generated_code:
+        from tracerl.envs.synthetic.sandbox import ALLOW_UNCONFINED
+
+        os.environ[ALLOW_UNCONFINED] = "1"
 
 
 _COMMAND_MODULES = (
