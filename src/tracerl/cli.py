@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tracerl.core.errors import InputError
 
@@ -70,7 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
     except InputError as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return 2
+    except OSError as e:  # a file the user named that cannot be read or written (checked ones are InputErrors)
+        if e.filename is None:
+            raise
+        where = f"{e.filename} → {e.filename2}" if e.filename2 else str(e.filename)
+        console.print(f"[bold red]error:[/] {escape(where)}: {escape(e.strerror or type(e).__name__)}", highlight=False,
+                      soft_wrap=True)
         return 2
     except typer.Exit as e:
         return e.exit_code

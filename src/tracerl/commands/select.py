@@ -41,7 +41,7 @@ def select(
     from rich.progress import Progress
 
     from tracerl.core.errors import InputError
-    from tracerl.core.io import describe_validation_error
+    from tracerl.core.io import check_output, describe_validation_error
     from tracerl.envs.loading import load_rollouts
     from tracerl.selection.llm import LLMConfig
     from tracerl.selection.stage import SelectConfig, progress_steps, run_select
@@ -53,6 +53,7 @@ def select(
     except ValidationError as e:
         raise InputError(describe_validation_error(e)) from None
     trajectories = load_rollouts(rollouts, tools=tools)
+    check_output(out, folder=True)
     llm = LLMConfig(base_url=base_url, model=model, api_key=api_key, temperature=temperature, concurrency=concurrency,
                     timeout=timeout, max_retries=max_retries)
     err = Console(stderr=True)

@@ -95,7 +95,7 @@ def synthesize(
     from rich.progress import Progress
     from rich.table import Table
 
-    from tracerl.core.io import describe_validation_error
+    from tracerl.core.io import check_output, describe_validation_error
     from tracerl.synthesis.stage import SynthesizeConfig, run_synthesize
     from tracerl.synthesis.target import load_target
 
@@ -108,6 +108,7 @@ def synthesize(
     from tracerl.contracts import CapabilitiesFile
 
     CapabilitiesFile.read(capabilities)  # a bad file fails before any model loads
+    check_output(out, folder=True)
     tgt = load_target(target)
     llm = None
     if llm_model:

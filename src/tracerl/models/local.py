@@ -49,6 +49,7 @@ from tracerl.core.policy import Session
 from tracerl.models.chat import ChatFormat, ChatState
 from tracerl.models.continuous import PolicyTurns, supports_continuous
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
+from tracerl.models.lora_check import adapter_shapes, check_adapter
 from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
 BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
@@ -70,9 +71,14 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     adapter_config = Path(path) / "adapter_config.json"
     try:
         if adapter_config.exists():
-
-            base_path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
+            adapter_shapes(path)  # a damaged adapter fails before its base loads
+            named = PeftConfig.from_pretrained(path).base_model_name_or_path
+            if not named:
+                raise InputError("the adapter does not name its base model (base_model_name_or_path)",
+                                 path=str(adapter_config))
+            base_path = resolve_model_path(named)
             base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+            check_adapter(base, path)
             model = PeftModel.from_pretrained(base, path).merge_and_unload()
             tokenizer = AutoTokenizer.from_pretrained(base_path)
         else:
@@ -80,8 +86,9 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
             tokenizer = AutoTokenizer.from_pretrained(path)
             if is_embedded_agent(path):  # adapters record the alias, not this checkout's path
                 model.name_or_path = model.config.name_or_path = EMBEDDED_AGENT
-    except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"cannot load a causal LM from '{path_or_name}': {str(e).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise InputError(f"cannot load a causal LM from '{path_or_name}': {first[:300]}") from None
     model.to(device)
     model.eval()
     return model, tokenizer
@@ -154,15 +161,20 @@ class LocalPolicy:
         """Load (or replace) the PEFT LoRA adapter `name` from a PEFT directory."""
         if name == BASE or name in self.routes:
             raise InputError(f"adapter name '{name}' is reserved")
-        if not (Path(path) / "adapter_config.json").exists():
-            raise InputError(f"not a PEFT adapter directory (no adapter_config.json): {path}")
+        check_adapter(self.model, path)  # damaged, or of another base: refused before the model is touched
         self._weights_version += 1
-        if isinstance(self.model, PeftModel):
-            if name in self.model.peft_config:
+        if isinstance(self.model, PeftModel) and name in self.model.peft_config:
+            self.unload_adapter(name)
+        try:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(path), adapter_name=name)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
+        except Exception as e:  # noqa: BLE001 — whatever PEFT left half-registered goes, then one line
+            if isinstance(self.model, PeftModel) and name in self.model.peft_config:
                 self.unload_adapter(name)
-            self.model.load_adapter(str(path), adapter_name=name)
-        else:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise InputError(f"cannot load the adapter: {first[:300]}", path=str(path)) from None
         self.model.eval()
 
     def unload_adapter(self, name: str) -> None:

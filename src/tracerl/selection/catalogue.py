@@ -7,15 +7,14 @@ PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from tracerl.contracts import Capability, Rubric
 from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error
+from tracerl.core.config_file import parse_yaml
+from tracerl.core.io import describe_validation_error, parse_json, read_text
 
 
 def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
@@ -98,18 +97,8 @@ def load_capabilities(path: str | Path) -> list[Capability]:
     """Users' capabilities from a YAML or JSON file: a list of {name, description, rubric{na,present,lacking}}
     (or a mapping with a `capabilities` list). A missing rubric gets one written from the description."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path), line=line) from None
+    text = read_text(path)
+    data = parse_json(text, path) if path.suffix == ".json" else parse_yaml(text, path)
     if isinstance(data, dict) and "capabilities" in data:
         data = data["capabilities"]
     if not isinstance(data, list):

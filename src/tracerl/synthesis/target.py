@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracerl.core.errors import InputError
+from tracerl.core.io import read_text
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.tools import load_tools_json
 from tracerl.envs.base import Env
@@ -48,7 +49,7 @@ def target_from_tools_json(path: Path) -> Target:
     title = f"# {name.capitalize()} agent policy"
     policy = path.parent / "policy.md"
     if policy.exists():
-        first = policy.read_text().lstrip().splitlines()[0:1]
+        first = read_text(policy).lstrip().splitlines()[0:1]
         if first and first[0].startswith("#"):
             title = first[0].strip()
     target = Target(name=name, tools=tuple(tools), title=title, source=str(path), preamble=(title,))
