@@ -43,10 +43,13 @@ def parse_yaml(text: str, path: str | Path) -> Any:
     """The document in `text` (YAML, duplicate keys refused); a problem is one `InputError` with its line."""
     try:
         return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 — a SafeLoader subclass
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow
+        line = text[: e.position].count("\n") + 1 if isinstance(e.position, int) else None
+        raise InputError(f"not valid YAML (character {e.character!r} is not allowed)", path=str(path), line=line) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path),
-                         line=None if mark is None else mark.line + 1) from None
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise InputError(f"not valid YAML ({problem})", path=str(path), line=None if mark is None else mark.line + 1) from None
     except RecursionError:
         raise InputError("YAML nested too deeply", path=str(path)) from None
 

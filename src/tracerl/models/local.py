@@ -40,6 +40,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from peft import PeftConfig, PeftModel, set_peft_model_state_dict
+from peft.tuners.tuners_utils import BaseTunerLayer
+from peft.utils import _get_submodules
+from peft.utils.other import AuxiliaryTrainingWrapper
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -92,6 +95,26 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def strip_adapter_layers(model: torch.nn.Module) -> None:
+    """Undo what a failed PEFT load injected into a plain model: each tuner layer or wrapper is replaced
+    by the module it wraps, and the PEFT config PEFT attached is removed."""
+    replaced: list[str] = []
+    for name, module in list(model.named_modules()):  # outer modules first: what is inside a replaced one goes with it
+        if any(name.startswith(outer + ".") for outer in replaced):
+            continue
+        if isinstance(module, BaseTunerLayer):
+            original = module.get_base_layer()
+        elif isinstance(module, AuxiliaryTrainingWrapper):
+            original = module.original_module
+        else:
+            continue
+        parent, _, child = _get_submodules(model, name)
+        setattr(parent, child, original)
+        replaced.append(name)
+    for attribute in ("peft_config", "_hf_peft_config_loaded"):
+        model.__dict__.pop(attribute, None)
 
 
 def resolve_model_path(path_or_name: str | Path) -> str:
@@ -173,6 +196,8 @@ class LocalPolicy:
         except Exception as e:  # noqa: BLE001 — whatever PEFT left half-registered goes, then one line
             if isinstance(self.model, PeftModel) and name in self.model.peft_config:
                 self.unload_adapter(name)
+            elif not isinstance(self.model, PeftModel):
+                strip_adapter_layers(self.model)
             first = (str(e).splitlines() or [type(e).__name__])[0]
             raise InputError(f"cannot load the adapter: {first[:300]}", path=str(path)) from None
         self.model.eval()
