@@ -5,7 +5,15 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
+
+from tracerl.envs.synthetic.confine import REQUIRED
+from tracerl.envs.synthetic.sandbox import kernel_confinement
 from tracerl.synthesis.llm import EXAMPLE_MODULE
+
+CONFINED = set(REQUIRED) <= set(kernel_confinement())
+# tests of the kernel's refusals: skipped where it offers no Landlock or seccomp (tests/conftest.py opts in there)
+needs_confinement = pytest.mark.skipif(not CONFINED, reason="this kernel offers no Landlock or seccomp confinement")
 
 GOOD = EXAMPLE_MODULE  # the known-good module: the example the generation prompt shows
 

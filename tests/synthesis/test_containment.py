@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 import synthesis_cases as cases
 from openai import OpenAI
-from synthesis_cases import CannedServer
+from synthesis_cases import CannedServer, needs_confinement
 
 from tracerl.cli import main
+from tracerl.composition.stage import roll_gate_data
+from tracerl.core.io import read_jsonl
+from tracerl.core.trajectory import Trajectory
 from tracerl.contracts import EnvSpec
 from tracerl.envs.synthetic.checks import play
 from tracerl.envs.synthetic.confine import REQUIRED
@@ -122,6 +125,7 @@ def all_refused(outcomes: dict) -> None:
     assert done == {}
 
 
+@needs_confinement
 def test_attacks_at_import_are_refused_by_the_kernel(retail, attack):
     result = check_module_source(cases.attacking(attack, at="import"), retail, FAST)
     assert not result.ok and result.error.startswith("import failed: RuntimeError: attack outcomes ")
@@ -135,9 +139,10 @@ def llm_env_dir(path: Path, source: str, target) -> Path:
     return write_env_dir(path, spec, target, module_source=source)
 
 
+@needs_confinement
 def test_every_stage_plays_a_generated_env_only_in_the_sandbox(retail, attack, tmp_path):
-    """Checks (training's validation), calibration and rollouts: the module attacks on every reset,
-    from the worker, and every attack is refused; the rewards are still the environment's."""
+    """Checks (training's validation), calibration, rollouts and gate data: the module attacks on every
+    reset, from the worker, and every attack is refused; the rewards are still the environment's."""
     env_dir = llm_env_dir(tmp_path / "envs" / "look_before_acting", cases.attacking(attack, at="play"), retail)
     make_env, name, _ = resolve_env(env_dir)  # what `tracerl train` and the train stage call (validates it)
     env = make_env()
@@ -147,6 +152,9 @@ def test_every_stage_plays_a_generated_env_only_in_the_sandbox(retail, attack, t
     assert play(env, 3, env.oracle(3))[0] == 1.0
     result = calibrate_env_dir(env_dir, NoisyOraclePolicy(1.0), seeds=2, group_size=2, max_rounds=1)
     assert result.stats.success_rate == 1.0
+    data, (path,) = roll_gate_data({"look_before_acting": env_dir}, lambda: None, 2, tmp_path / "gate",
+                                   openings_only=True)  # the compose stage's gate data: the environment's openings
+    assert data.kept["look_before_acting"].openings == 2 and len(read_jsonl(path, Trajectory)) == 2
     assert API_KEY not in json.dumps(info) and "tangerine-walrus" not in json.dumps(info)
 
 
@@ -162,6 +170,7 @@ def test_replacing_the_grader_inside_the_worker_changes_nothing(retail):
     assert not result.report.get("oracle").passed and "oracle scores < 1 on 4 of 4 seeds" in result.summary()
 
 
+@needs_confinement
 def test_a_secret_read_outside_never_reaches_the_next_prompt(retail, attack):
     answers = [cases.fenced(cases.hostile("leak_secret", attack, base=cases.GOOD)), cases.fenced(cases.GOOD)]
     with CannedServer(answers) as server:
@@ -251,6 +260,7 @@ def test_the_worker_ends_with_its_factory_and_with_its_parent(retail, tmp_path):
     assert not alive(worker)
 
 
+@needs_confinement
 def test_seccomp_alone_refuses_sockets_and_processes(tmp_path, listeners):
     """Without a network namespace (no unshare here): the kernel still refuses UDP and new processes."""
     folder = tmp_path / "env"
@@ -299,6 +309,7 @@ def test_the_cli_flag_sets_the_opt_in(monkeypatch):
     assert os.environ.get(ALLOW_UNCONFINED) == "1"
 
 
+@needs_confinement
 def test_the_worker_reports_its_layers_before_any_generated_code_runs(retail, tmp_path):
     env_dir = llm_env_dir(tmp_path / "env", cases.GOOD, retail)
     worker = SandboxWorker(env_dir, "env.py", source="x")

@@ -12,7 +12,7 @@ from tracerl.envs.synthetic.checks import play
 from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec
 from tracerl.synthesis.llm import extract_code, generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
-from synthesis_cases import CannedServer
+from synthesis_cases import CannedServer, needs_confinement
 
 LIMITS = SandboxLimits(cpu_seconds=6,  # the memory bomb (child start included) must hit memory first
                        wall_seconds=120, memory_bytes=1 << 30, seeds=20)
@@ -45,6 +45,7 @@ def test_errors_are_fed_back_until_a_module_passes(retail):
 
 
 @pytest.mark.slow
+@needs_confinement
 def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_path):
     escape = tmp_path / "escaped.txt"
     hostile = [cases.INFINITE_LOOP, cases.MEMORY_BOMB, cases.writer(escape), cases.connector(9), cases.SYNTAX_ERROR,

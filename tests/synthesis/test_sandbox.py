@@ -5,6 +5,7 @@ import threading
 
 import pytest
 import synthesis_cases as cases
+from synthesis_cases import needs_confinement
 
 from tracerl.envs.synthetic.confine import REQUIRED
 from tracerl.synthesis.llm import check_module_source
@@ -13,6 +14,7 @@ from tracerl.synthesis.sandbox import SandboxLimits, network_namespace_available
 FAST = SandboxLimits(cpu_seconds=10, wall_seconds=60, memory_bytes=1 << 30, seeds=20)
 
 
+@needs_confinement
 def test_known_good_module_passes(retail):
     result = check_module_source(cases.GOOD, retail, FAST)
     assert result.ok, result.summary()
@@ -56,6 +58,7 @@ def test_memory_bomb_is_stopped_by_the_memory_limit(retail):
     assert not result.ok and result.error == "ran out of memory (limit 1024 MiB)"
 
 
+@needs_confinement
 def test_write_outside_its_folder_is_refused(retail, tmp_path):
     target = tmp_path / "escaped.txt"
     result = check_module_source(cases.writer(target), retail, FAST)
@@ -64,6 +67,7 @@ def test_write_outside_its_folder_is_refused(retail, tmp_path):
     assert not target.exists()
 
 
+@needs_confinement
 def test_subprocess_is_refused(retail):
     result = check_module_source(cases.SUBPROCESS, retail, FAST)
     assert not result.ok and result.error.startswith("import failed: PermissionError: [Errno 1] Operation not permitted")
@@ -101,6 +105,7 @@ def listener():
     server.close()
 
 
+@needs_confinement
 def test_network_is_refused(retail, listener):
     port, accepted = listener
     result = check_module_source(cases.connector(port), retail, FAST)

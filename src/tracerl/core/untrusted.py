@@ -8,8 +8,9 @@ and with secrets taken out.
   …TOKEN…, …SECRET…, …PASSWORD…, …CREDENTIAL…, …AUTH…), and any `extra` strings given;
 - PEM blocks (`-----BEGIN … PRIVATE KEY-----` …), SSH key lines, crypt(3) hashes as /etc/shadow holds
   them, API tokens of the usual shapes (`sk-…`, `ghp_…`, `AKIA…`, `xox?-…`);
-- opaque runs of 32 or more letters, digits and `+/=_-` holding at least 4 digits and 4 letters
-  (hex digests, base64 keys).
+- opaque runs of letters, digits and `+/=_-` with a `/`-separated part of 20 or more characters
+  holding at least 4 digits and 4 letters and at most 2 of `_-` (hex digests, base64 keys; not
+  paths or snake_case names).
 
 Confinement (`tracerl.envs.synthetic.sandbox`) keeps generated code from reading anything outside its
 folder; scrubbing is the second line, for where the user opted out of confinement.
@@ -33,7 +34,7 @@ _PATTERNS = [
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
     re.compile(r"\bxox[abpr]-[A-Za-z0-9\-]{10,}"),
 ]
-_OPAQUE = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
+_OPAQUE = re.compile(r"[A-Za-z0-9+/=_\-]{20,}")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
@@ -47,9 +48,12 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
 
 def _opaque(match: re.Match) -> str:
     token = match.group(0)
-    digits = sum(c.isdigit() for c in token)
-    letters = sum(c.isalpha() for c in token)
-    return REDACTED if digits >= 4 and letters >= 4 else token
+    for part in token.split("/"):
+        digits = sum(c.isdigit() for c in part)
+        letters = sum(c.isalpha() for c in part)
+        if len(part) >= 20 and digits >= 4 and letters >= 4 and part.count("_") + part.count("-") <= 2:
+            return REDACTED
+    return token
 
 
 def scrub(text: str, extra: Iterable[str] = ()) -> str:

@@ -29,7 +29,7 @@ def load_rollouts(path: str | Path, tools: list[ToolSchema] | str | Path | None 
     """
     path = Path(path)
     schemas = load_tools_json(tools) if isinstance(tools, (str, Path)) else tools
-    text = read_text(path, "rollouts file")
+    text = read_text(path)
     lines = text.splitlines()
     first = next(((i, line) for i, line in enumerate(lines, start=1) if line.strip()), None)
     if first is None:

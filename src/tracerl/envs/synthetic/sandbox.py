@@ -112,6 +112,21 @@ def network_namespace_available() -> bool:
     return done.returncode == 0
 
 
+@lru_cache(maxsize=1)
+def kernel_confinement() -> tuple[str, ...]:
+    """The confinement layers this machine's kernel gives a process (`confine` tried in a throw-away
+    child process); generated code runs without the opt-in when they include `REQUIRED`."""
+    with tempfile.TemporaryDirectory(prefix="tracerl-probe-") as tmp:
+        code = ("import json, sys; from pathlib import Path; from tracerl.envs.synthetic.confine import confine; "
+                "print(json.dumps(confine(Path(sys.argv[1]))))")
+        try:
+            done = subprocess.run([sys.executable, "-I", "-c", code, tmp], capture_output=True, text=True, timeout=60)
+            layers = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+            layers = []
+    return tuple(layers)
+
+
 def _limit_child(limits: WorkerLimits):
     def apply() -> None:
         cpu = max(1, int(limits.cpu_seconds))
