@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import select
 import shutil
 import signal
@@ -127,18 +126,6 @@ def kernel_confinement() -> tuple[str, ...]:
     return tuple(layers)
 
 
-def _limit_child(limits: WorkerLimits):
-    def apply() -> None:
-        cpu = max(1, int(limits.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
 def _end(proc: subprocess.Popen, fds: list[int], tmp: str) -> None:
     """Kill the worker's process group, close the pipes, remove its folder (idempotent)."""
     try:
@@ -181,8 +168,10 @@ class SandboxWorker:
         self._stderr_path = Path(self._tmp) / "stderr"
         request_r, self._request_w = os.pipe2(os.O_CLOEXEC)
         self._reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+        rlimits = {"cpu": max(1, int(self.limits.cpu_seconds)), "memory": self.limits.memory_bytes,
+                   "file": self.limits.file_bytes, "open_files": self.limits.open_files}
         command = [sys.executable, "-I", "-m", "tracerl.envs.synthetic.sandbox_worker", str(work), module,
-                   str(request_r), str(reply_w)]
+                   str(request_r), str(reply_w), json.dumps(rlimits)]
         isolation = ["rlimits", "call wall-clock", "throw-away folder", "clean environment", "own process group"]
         if network_namespace_available():
             command = [shutil.which("unshare") or "unshare", "--user", "--map-root-user", "--net", *command]
@@ -193,7 +182,7 @@ class SandboxWorker:
             with open(self._stderr_path, "wb") as err:
                 self._proc = subprocess.Popen(command, cwd=work, env=env, stdin=subprocess.DEVNULL,
                                               stdout=subprocess.DEVNULL, stderr=err, pass_fds=(request_r, reply_w),
-                                              preexec_fn=_limit_child(self.limits), start_new_session=True)
+                                              start_new_session=True)
         finally:
             os.close(request_r)
             os.close(reply_w)

@@ -1,9 +1,10 @@
 """The child side of the sandbox: confine this process, then host one environment module's envs.
 
-    python -I -m tracerl.envs.synthetic.sandbox_worker <folder> <module file> <request fd> <reply fd>
+    python -I -m tracerl.envs.synthetic.sandbox_worker <folder> <module file> <request fd> <reply fd> <rlimits JSON>
 
-Everything the worker and the usual environment modules need is imported first; then
-`confine.confine(folder)` (Landlock, seccomp, process limit) and one frame `{"layers": [...]}` says
+Everything the worker and the usual environment modules need is imported first; then its resource
+limits (CPU seconds, address space, file size, open files, no core dumps), `confine.confine(folder)`
+(Landlock, seccomp, process limit), and one frame `{"layers": [...]}` says
 which layers hold — before any generated code has run, so the parent can still refuse it. Each
 request frame is then answered with one reply frame (`tracerl.envs.synthetic.sandbox`):
 
@@ -32,6 +33,7 @@ import math  # noqa: F401
 import os
 import random  # noqa: F401
 import re  # noqa: F401
+import resource
 import string  # noqa: F401
 import struct
 import sys
@@ -171,8 +173,17 @@ def _describe(e: BaseException) -> str:
         return type(e).__name__
 
 
+def set_limits(limits: dict[str, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"] + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file"], limits["file"]))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def main(argv: list[str]) -> int:
     folder, module, request_fd, reply_fd = Path(argv[0]).resolve(), argv[1], int(argv[2]), int(argv[3])
+    set_limits(json.loads(argv[4]))
     layers = confine(folder)
     write_frame(reply_fd, encode({"layers": layers}))
     host = Host(folder / module)
