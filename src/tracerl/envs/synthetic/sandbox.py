@@ -226,9 +226,10 @@ class SandboxWorker:
                 tail = f.read().decode("utf-8", "replace")
         except OSError:
             tail = ""
-        if rc in (-signal.SIGXCPU, -signal.SIGKILL) and "MemoryError" not in tail:
-            return f"killed: ran past the CPU-time limit of {self.limits.cpu_seconds} s" if rc == -signal.SIGXCPU \
-                else "killed (SIGKILL)"
+        if rc == -signal.SIGXCPU and "MemoryError" not in tail:
+            return f"killed: ran past the CPU-time limit of {self.limits.cpu_seconds} s"
+        if rc == -signal.SIGKILL and "MemoryError" not in tail:  # the CPU limit's hard end, or the kernel's OOM killer
+            return f"killed (SIGKILL): past the CPU-time limit of {self.limits.cpu_seconds} s, or out of memory"
         if rc == -signal.SIGXFSZ:
             return f"killed: wrote a file larger than {self.limits.file_bytes} bytes"
         if "MemoryError" in tail:
