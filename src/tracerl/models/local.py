@@ -43,6 +43,7 @@ from peft import PeftConfig, PeftModel, set_peft_model_state_dict
 from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import _get_submodules
 from peft.utils.other import AuxiliaryTrainingWrapper
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -89,7 +90,7 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
             tokenizer = AutoTokenizer.from_pretrained(path)
             if is_embedded_agent(path):  # adapters record the alias, not this checkout's path
                 model.name_or_path = model.config.name_or_path = EMBEDDED_AGENT
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0]
         raise InputError(f"cannot load a causal LM from '{path_or_name}': {first[:300]}") from None
     model.to(device)
