@@ -33,8 +33,7 @@ def samples() -> dict:
     """One instance of each contract file, as its stage would write it (small, made-up figures)."""
     from tracerl.contracts import (
         AdapterRef, CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats, Capability, CapabilitiesFile,
-        CheckReport, CheckResult, CompositionSpec, CurvePoint, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TargetFile,
-        TraceCurve, TrainRun,
+        CheckReport, CheckResult, CompositionSpec, CurvePoint, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TraceCurve, TrainRun,
     )
     from tracerl.evaluation.stats import Interval
     from tracerl.synthesis.target import load_target

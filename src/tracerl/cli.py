@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tracerl import __version__
 from tracerl.core.errors import InputError
@@ -38,6 +40,19 @@ def _version(value: bool) -> None:
 def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")) -> None:
     """TRACE: find the capabilities an agent lacks, train one LoRA adapter per capability, compose them."""
+
+
+@app.callback()
+def _options(
+    allow_unconfined_generated_code: bool = typer.Option(
+        False, "--allow-unconfined-generated-code",
+        help="Run LLM-written environment code even where the kernel cannot confine it (no Landlock or seccomp): "
+             "it then has your user's access to files and network."),
+) -> None:
+    if allow_unconfined_generated_code:
+        from tracerl.envs.synthetic.sandbox import ALLOW_UNCONFINED
+
+        os.environ[ALLOW_UNCONFINED] = "1"
 
 
 _COMMAND_MODULES = (
@@ -75,7 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, standalone_mode=False)  # click returns typer.Exit's code here
     except InputError as e:
-        console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return 2
+    except OSError as e:  # a file the user named that cannot be read or written (checked ones are InputErrors)
+        if e.filename is None:
+            raise
+        where = f"{e.filename} → {e.filename2}" if e.filename2 else str(e.filename)
+        console.print(f"[bold red]error:[/] {escape(where)}: {escape(e.strerror or type(e).__name__)}", highlight=False,
+                      soft_wrap=True)
         return 2
     except typer.Exit as e:
         return e.exit_code

@@ -820,6 +820,7 @@ class ReportSummary(Contract):
 
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # a PEFT adapter folder's weights (written last: the folder is whole)
+ADAPTER_CONFIG = "adapter_config.json"  # a PEFT adapter folder's LoRA settings
 METRICS_FILE = "metrics.jsonl"  # a training folder's metrics, one `MetricsRow` per line
 SNAPSHOTS = "snapshots"  # a training folder's snapshots/step_<n>/: the adapter each held-out evaluation measured
 _SNAPSHOT = re.compile(r"^step_(\d+)$")

@@ -39,12 +39,14 @@ from tracerl.composition.stage import (
 from tracerl.composition.stage import summary as compose_summary
 from tracerl.config import RunConfig, train_config
 from tracerl.contracts import (
+    ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     COMPOSITION_MODES,
     METRICS_FILE,
     CalibrationResult,
     CapabilitiesFile,
     CapabilityResult,
+    CompositionSpec,
     EnvIndex,
     EvalResult,
     GateData,
@@ -67,7 +69,7 @@ from tracerl.models.local import LocalPolicy, load_model
 from tracerl.models.analysis import AnalysisConfig
 from tracerl.selection.rules import failures_by_capability
 from tracerl.selection.stage import progress_steps, run_select
-from tracerl.stages import Stage, View, is_complete, run_stage
+from tracerl.stages import Stage, View, is_complete, run_stage, stale_reasons
 from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
 from tracerl.training.stage import TrainEnv, run_train
@@ -143,7 +145,7 @@ class Pipeline:
                                   [grpo / ADAPTER_WEIGHTS, grpo / METRICS_FILE]))
         if cfg.compose.modes:
             mode = trace_mode(cfg.compose.modes)
-            out.append(self.stage("curve", [ws.composed(mode), ws.gate_summary, *target_files]
+            out.append(self.stage("curve", [*self.composed_inputs(mode), ws.gate_summary, *target_files]
                                   + [ws.adapter(c) / f for c in caps for f in (METRICS_FILE, "snapshots")],
                                   [ws.curve_file]))
         for variant, inputs in self.variants().items():
@@ -153,14 +155,33 @@ class Pipeline:
                                          ws.curve_file, *metrics, *composed], [ws.report_html, ws.report_json]))
         return out
 
-    def variants(self) -> dict[str, list[Path]]:
+    def composed_inputs(self, mode: str) -> list[Path | str]:
+        """What playing composition `mode` reads: its folder and the files of every adapter it names by
+        path (composition.json; the trained adapters while it is not written yet)."""
+        folder = self.ws.composed(mode)
+        adapters = [self.ws.adapter(c) for c in self.trained_envs()]
+        try:
+            spec = CompositionSpec.read(folder / "composition.json")
+            adapters += [folder / a.path for a in spec.adapters if (folder / a.path).is_dir()]
+        except InputError:
+            pass  # not written yet, or unreadable (the stage that reads it says so)
+        files: list[Path | str] = [folder]
+        for adapter in adapters:
+            for name in (ADAPTER_WEIGHTS, ADAPTER_CONFIG):
+                path = Path(os.path.normpath(adapter / name))
+                named = path if path.is_relative_to(self.ws.root) else os.path.abspath(path)  # outside: by absolute path
+                if named not in files:
+                    files.append(named)
+        return files
+
+    def variants(self) -> dict[str, list[Path | str]]:
         """Evaluated variants → the files their result depends on. `base` comes first (the others
         are compared with it)."""
         cfg, ws, caps = self.cfg, self.ws, self.trained_envs()
         base = ws.eval_result("base")
-        variants: dict[str, list[Path]] = {"base": []}
+        variants: dict[str, list[Path | str]] = {"base": []}
         for mode in cfg.compose.modes:
-            variants[COMPOSITION_MODES[mode].variant] = [ws.composed(mode), base]
+            variants[COMPOSITION_MODES[mode].variant] = [*self.composed_inputs(mode), base]
         if cfg.baselines.grpo_target:
             variants["grpo_target"] = [ws.baseline("grpo_target") / ADAPTER_WEIGHTS, base]
         if cfg.baselines.prompt_capabilities:
@@ -192,13 +213,17 @@ class Pipeline:
                 raise InputError(f"stage '{stage.name}' has not run (or its inputs changed): run `tracerl run` first",
                                  path=str(self.ws.root))
             forced = stage.name in force or kind in force
+            recorded = self.ws.stage_record(stage.name).exists()
+            reasons = ["forced (--force)"] if forced else stale_reasons(self.ws.root, stage) if recorded else []
+            if reasons:  # a stage that ran before runs again: say why
+                self.stage_fns.console.print(f"[bold]{stage.name}[/] runs again: {'; '.join(reasons)}",
+                                             highlight=False, soft_wrap=True)
             # A training run left in the stage's folder is resumed when the stage never finished (killed);
             # one the stage finished before, with other inputs or config, is replaced, as any stage's outputs are.
-            self.stage_fns.forcing = forced or (self.ws.stage_record(stage.name).exists()
-                                                and not is_complete(self.ws.root, stage))
+            self.stage_fns.forcing = bool(reasons)
             ran, summary = run_stage(self.ws.root, stage, force=forced)
             done.add(stage.name)
-            self.log.append({"stage": stage.name, "ran": ran, "summary": summary})
+            self.log.append({"stage": stage.name, "ran": ran, "summary": summary, "reasons": reasons})
             if on_stage is not None:
                 on_stage(stage.name, ran, summary)
 

@@ -75,15 +75,17 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     assert read_json(ws / "composed" / "composition.json")["gate_training"]["target_openings"] == len(lacked) > 0
     assert trace_budget == sum(read_metrics(ws / "adapters" / c / "metrics.jsonl")[-1].rollouts_used for c in built) > 0
     assert report["evaluation"]["grpo_target"]["rollouts_used"] <= trace_budget
-    # TRACE's curve: the composition of the adapters' step-0 snapshots (max_steps 2 = eval_steps: step 2 is
-    # the final composition, evaluated by eval:trace_moe), on GRPO's held-out episodes; at step 0 every
-    # adapter is zero, so it plays the base as GRPO's step-0 evaluation does, on the same episodes
+    # TRACE's curve: the composition of the adapters' snapshots at step 0 and at the final step (max_steps 2 =
+    # eval_steps), on GRPO's validation episodes; at step 0 every adapter is zero, so it plays the base as
+    # GRPO's step-0 evaluation does, on the same episodes
     curve = TraceCurve.read(ws / "curve" / "curve.json")
-    assert curve.variant == "trace_moe" and [(p.step, p.rollouts, p.episodes) for p in curve.points] == [(0, 0, 2)]
+    assert curve.variant == "trace_moe" and [(p.step, p.episodes) for p in curve.points] == [(0, 2), (2, 2)]
+    assert curve.points[0].rollouts == 0 and curve.points[-1].rollouts == trace_budget
     grpo_rows = read_metrics(ws / "baselines" / "grpo_target" / "metrics.jsonl")
     assert curve.points[0].success == grpo_rows[0].eval_success
-    assert report["sample_efficiency"]["trace"] == [[0, curve.points[0].success],
-                                                    [trace_budget, report["evaluation"]["trace_moe"]["pass1"]["mean"]]]
+    efficiency = report["sample_efficiency"]
+    assert [(p["step"], p["rollouts"]) for p in efficiency["trace"]] == [(0, 0), (2, trace_budget)]
+    assert efficiency["test"]["trace_moe"]["mean"] == report["evaluation"]["trace_moe"]["pass1"]["mean"]
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
     assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())
     assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()

@@ -155,7 +155,7 @@ def test_bad_input_is_a_clear_4xx_and_the_server_keeps_serving(client, server):
     assert raw.status_code == 413
     with pytest.raises(openai.NotFoundError, match="cannot be found"):
         client.post("/unload_lora_adapter", body={"lora_name": "ghost"}, cast_to=httpx.Response)
-    with pytest.raises(openai.BadRequestError, match="not a PEFT adapter directory"):
+    with pytest.raises(openai.BadRequestError, match="/nonexistent: not an adapter folder"):
         client.post("/load_lora_adapter", body={"lora_name": "x", "lora_path": "/nonexistent"}, cast_to=httpx.Response)
     ok = client.completions.create(model="toy", prompt=[5, 6], max_tokens=3, temperature=0)
     assert len(ok.choices[0].text) > 0
@@ -241,3 +241,95 @@ def test_the_shipped_agent_answers_with_a_tool_call_over_http():
     [call] = choice.message.tool_calls
     assert call.function.name == "get_user_details"
     assert set(json.loads(call.function.arguments)) == {"user_id"}
+
+
+@pytest.fixture(scope="module")
+def bad_adapters(toy, tokenizer, tmp_path_factory):
+    """A good adapter of the toy model, the same cut in half, and one of a wider model."""
+    from tracerl.models.tiny import tiny_qwen3, tiny_qwen3_config
+
+    root = tmp_path_factory.mktemp("adapters")
+    torch.manual_seed(2)
+    good = get_peft_model(toy.make_model(tokenizer), LoraConfig(r=4, init_lora_weights=False, target_modules=["q_proj"]))
+    good.save_pretrained(root / "good")
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "adapter_config.json").write_bytes((root / "good" / "adapter_config.json").read_bytes())
+    weights = (root / "good" / "adapter_model.safetensors").read_bytes()
+    (root / "corrupt" / "adapter_model.safetensors").write_bytes(weights[: len(weights) // 2])
+    wide = tiny_qwen3(tiny_qwen3_config(len(tokenizer), hidden_size=64), seed=0)
+    get_peft_model(wide, LoraConfig(r=4, target_modules=["q_proj"])).save_pretrained(root / "other")
+    return root
+
+
+def test_a_failed_adapter_load_registers_nothing(client, server, bad_adapters):
+    def models():
+        return [m.id for m in client.models.list().data]
+
+    for kind, message in (("corrupt", "cannot read the weights"), ("other", "does not fit the base model")):
+        with pytest.raises(openai.BadRequestError, match=message):
+            client.post("/load_lora_adapter", body={"lora_name": kind, "lora_path": str(bad_adapters / kind)},
+                        cast_to=httpx.Response)
+        assert models() == ["toy"]
+        with pytest.raises(openai.NotFoundError):
+            client.completions.create(model=kind, prompt=[5, 6], max_tokens=2)
+    # replacing a loaded adapter in place with a bad one leaves the loaded one serving
+    client.post("/load_lora_adapter", body={"lora_name": "cap", "lora_path": str(bad_adapters / "good")},
+                cast_to=httpx.Response)
+    before = client.completions.create(model="cap", prompt=[5, 6], max_tokens=4, temperature=0, logprobs=0).choices[0]
+    with pytest.raises(openai.BadRequestError):
+        client.post("/load_lora_adapter", body={"lora_name": "cap", "lora_path": str(bad_adapters / "other"),
+                                                "load_inplace": True}, cast_to=httpx.Response)
+    after = client.completions.create(model="cap", prompt=[5, 6], max_tokens=4, temperature=0, logprobs=0).choices[0]
+    assert models() == ["toy", "cap"] and after.text == before.text
+    assert after.logprobs.token_logprobs == before.logprobs.token_logprobs
+    client.post("/unload_lora_adapter", body={"lora_name": "cap"}, cast_to=httpx.Response)
+    assert models() == ["toy"]
+
+
+def test_malformed_structures_are_400_never_500(server):
+    url = server.base_url
+    deep = b'{"model": "toy", "messages": ' + b"[" * 9000 + b"]" * 9000 + b"}"  # within the 20 KB limit
+    cases = [
+        ("/chat/completions", deep),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "user", "content": "hi"}],
+                                          "tools": [{"type": "function", "function": "get_price"}]}).encode()),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "user", "content": "hi"}],
+                                          "tools": ["get_price"]}).encode()),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "user", "content": "hi"}],
+                                          "tools": [{"type": "function", "function": {"name": 3}}]}).encode()),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "user",
+                                          "content": [{"type": "text", "text": {"a": 1}}]}]}).encode()),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "assistant",
+                                          "tool_calls": ["get_price"]}]}).encode()),
+        ("/chat/completions", json.dumps({"model": "toy", "messages": [{"role": "user", "content": "hi",
+                                          "name": {"deep": [[[[{}]]]]}}]}).encode()),
+        ("/completions", json.dumps({"model": "toy", "prompt": [[5, "x"]]}).encode()),
+        ("/completions", json.dumps({"model": "toy", "prompt": {"text": "hi"}}).encode()),
+        ("/load_lora_adapter", json.dumps({"lora_name": ["x"], "lora_path": {}}).encode()),
+        ("/completions", b'{"model": "toy", "prompt": "\xff\xfe"}'),
+    ]
+    for path, body in cases:
+        response = httpx.post(url + path, content=body, headers={"content-type": "application/json"}, timeout=60)
+        assert response.status_code == 400, (path, body[:120], response.text[:300])
+        assert response.json()["error"]["code"] == 400
+    assert httpx.get(url + "/models").status_code == 200
+
+
+def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(tool_model, tokenizer):
+    from tracerl.serve.app import longest_token_bytes
+
+    longest = longest_token_bytes(tokenizer)
+    assert longest == max(len(t.encode()) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))))
+    limit = LocalPolicy(tool_model, tokenizer).max_context
+    text = "x" * (longest * (limit - 1) + 1)  # needs at least `limit` tokens, however it is cut
+    with ServerThread(LocalPolicy(tool_model, tokenizer), served_model_name="toy", max_request_bytes=len(text) + 1000) as srv:
+        for path, body in (("/chat/completions", {"messages": [{"role": "user", "content": text}]}),
+                           ("/completions", {"prompt": text})):
+            response = httpx.post(srv.base_url + path, timeout=60, json={"model": "toy", **body})
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["message"] == (
+                f"This model's maximum context length is {limit} tokens. However, the prompt's {len(text)} bytes of "
+                f"text need at least {limit} tokens. Please reduce the length of the prompt.")
+        short = httpx.post(srv.base_url + "/completions", timeout=60, json={"model": "toy", "prompt": "x" * 50,
+                                                                             "max_tokens": 2})
+        assert short.status_code == 200

@@ -1,9 +1,5 @@
 """LLM-written environments through a real local HTTP endpoint serving canned chat completions."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 import synthesis_cases as cases
 from contract_cases import capabilities_file
@@ -16,52 +12,10 @@ from tracerl.envs.synthetic.envdir import load_env_dir, load_env_spec
 from tracerl.models.analysis import AnalysisClient, AnalysisConfig
 from tracerl.synthesis.llm import extract_code, generate_env_module
 from tracerl.synthesis.sandbox import SandboxLimits
+from synthesis_cases import CannedServer, needs_confinement
 
 LIMITS = SandboxLimits(cpu_seconds=6,  # the memory bomb (child start included) must hit memory first
                        wall_seconds=120, memory_bytes=1 << 30, seeds=20)
-
-
-class CannedServer:
-    """An OpenAI-compatible /v1/chat/completions answering with the given texts in turn."""
-
-    def __init__(self, answers):
-        self.answers = list(answers)
-        self.requests = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                text = outer.answers.pop(0) if outer.answers else "I have nothing more."
-                payload = {"id": f"c{len(outer.requests)}", "object": "chat.completion", "created": 0,
-                           "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop",
-                           "message": {"role": "assistant", "content": text}}],
-                           "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 CAP = {"name": "look_before_acting", "description": "Read the record before changing it."}
@@ -121,6 +75,7 @@ def test_an_endpoint_that_never_answers_stops_the_writer_with_one_line(retail):
 
 
 @pytest.mark.slow
+@needs_confinement
 def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_path):
     escape = tmp_path / "escaped.txt"
     hostile = [cases.INFINITE_LOOP, cases.MEMORY_BOMB, cases.writer(escape), cases.connector(9), cases.SYNTAX_ERROR,
@@ -130,9 +85,9 @@ def test_hostile_answers_are_contained_and_reported_then_it_stops(retail, tmp_pa
     assert not result.ok and result.source is None and len(server.requests) == 5
     problems = [r.problem for r in result.rounds]
     assert problems[0] == "killed: ran past the CPU-time limit of 6 s"
-    assert problems[1] == "ran out of memory"
-    assert "outside the module's folder is not allowed" in problems[2]
-    assert "sandbox: 'socket." in problems[3]
+    assert problems[1] == "ran out of memory (limit 1024 MiB)"
+    assert f"PermissionError: [Errno 13] Permission denied: '{escape}'" in problems[2]
+    assert "PermissionError: [Errno 1] Operation not permitted" in problems[3]
     assert problems[4].startswith("import failed: SyntaxError")
     assert result.last_problem == problems[4]
     assert not escape.exists()

@@ -237,7 +237,6 @@ def test_system_prompt_keeps_the_targets_format(airline, retail):
 
 
 def test_tool_results_take_the_targets_record_shape(airline, retail):
-    import json
 
     from tracerl.core.messages import Message, ToolCall
 
@@ -255,7 +254,6 @@ def test_tool_results_take_the_targets_record_shape(airline, retail):
     assert set(airline.result_examples["get_user_details"]) <= set(user)
     assert user["user_id"] == task.user_id and user["reservations"] == list(task.records)
     # a round trip through target.json keeps them; a tools.json target has none and answers as before
-    from tracerl.contracts import TargetFile
 
     assert Target.of_file(airline.file()).result_examples == airline.result_examples
     assert retail.result_examples is None
@@ -376,7 +374,6 @@ def test_precondition_asks_the_targets_requests_decided_by_its_rules(airline, re
 
 
 def test_multi_step_records_and_answers_read_like_the_targets(airline, retail):
-    import json
 
     from tracerl.core.messages import ToolCall
 

@@ -74,7 +74,7 @@ def test_a_kill_at_every_write_of_a_checkpoint_leaves_one_whole_step(tiny_model,
         optimizer.state[params[0]]["exp_avg"].fill_(float(step))
         return ckpt.TrainState(step=step, rollouts_used=8 * step, metrics_rows=step + 1), [{"step": i, "rollouts_used": 8 * i} for i in range(step + 1)]
 
-    real = {"replace": os.replace, "rmtree": shutil.rmtree, "save": torch.save, "write_text": pathlib.Path.write_text,
+    real = {"replace": os.replace, "rmtree": shutil.rmtree, "save_file": ckpt.save_file, "write_text": pathlib.Path.write_text,
             "save_pretrained": model.save_pretrained}
     n, finished = 0, False
     while not finished:
@@ -93,7 +93,7 @@ def test_a_kill_at_every_write_of_a_checkpoint_leaves_one_whole_step(tiny_model,
 
         monkeypatch.setattr(os, "replace", dying("replace"))
         monkeypatch.setattr(shutil, "rmtree", dying("rmtree"))
-        monkeypatch.setattr(torch, "save", dying("save"))
+        monkeypatch.setattr(ckpt, "save_file", dying("save_file"))
         monkeypatch.setattr(pathlib.Path, "write_text", dying("write_text"))
         monkeypatch.setattr(model, "save_pretrained", dying("save_pretrained"))
         try:
@@ -119,6 +119,58 @@ def test_a_kill_at_every_write_of_a_checkpoint_leaves_one_whole_step(tiny_model,
         assert sorted(p.name for p in out.iterdir()) == ["checkpoint"], n
         n += 1
     assert n >= 8  # the write has that many operations, each one a kill point
+
+
+class Planted:
+    """A pickle that runs os.system when unpickled (what a planted optimizer.pt would do on resume)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_planted_pickle_is_never_loaded(tiny_model, tmp_path):
+    """Resume reads only safetensors and JSON: a malicious optimizer.pt / rng-rank0.pt beside them is ignored,
+    and a checkpoint with only the pickle (the older format) is refused — the pickle never runs."""
+    import pickle
+
+    model, optimizer, params = _model_and_optimizer(tiny_model)
+    ckpt.save_checkpoint(tmp_path, model, optimizer, ckpt.TrainState(step=2), [ckpt.rng_state()], [])
+    found = tmp_path / "checkpoint"
+    assert sorted(p.name for p in found.iterdir()) == ["adapter", "metrics.jsonl", "optimizer.json",
+                                                       "optimizer.safetensors", "rng-rank0.json", "state.json"]
+    marker = tmp_path / "pwned"
+    for name in ("optimizer.pt", "rng-rank0.pt"):
+        (found / name).write_bytes(pickle.dumps(Planted(marker)))
+    expected = {k: v.clone() for k, v in optimizer.state[params[0]].items()}
+    for p in params:
+        optimizer.state[p]["exp_avg"].zero_()
+    assert ckpt.load_checkpoint(found, model, optimizer, rank=0).step == 2
+    assert all(torch.equal(optimizer.state[params[0]][k], v) for k, v in expected.items())
+    assert not marker.exists()
+    for name in ("optimizer.json", "optimizer.safetensors"):
+        (found / name).unlink()
+    with pytest.raises(InputError, match=r"optimizer state is a pickle \(optimizer.pt, an older format\), which is never loaded"):
+        ckpt.load_checkpoint(found, model, optimizer, rank=0)
+    assert not marker.exists()
+
+
+def test_the_optimizer_state_round_trips_exactly(tiny_model, tmp_path):
+    model, optimizer, params = _model_and_optimizer(tiny_model)
+    before = optimizer.state_dict()
+    ckpt.save_optimizer_state(before, tmp_path)
+    after = ckpt.load_optimizer_state(tmp_path)
+    assert after["param_groups"] == [{**g, "betas": list(g["betas"])} for g in before["param_groups"]]
+    assert before["state"].keys() == after["state"].keys()
+    for i, values in before["state"].items():
+        assert values.keys() == after["state"][i].keys()
+        assert all(torch.equal(values[k], after["state"][i][k]) and values[k].dtype == after["state"][i][k].dtype
+                   for k in values)
+    (tmp_path / "optimizer.json").write_text('{"state": {"0": {"tensors": ["nope"], "values": {}}}, "param_groups": []}')
+    with pytest.raises(InputError, match="not an optimizer state"):
+        ckpt.load_optimizer_state(tmp_path)
 
 
 def _with_rng(state, rows):

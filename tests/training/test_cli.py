@@ -154,3 +154,17 @@ def test_resume_with_other_settings_is_refused(base, config, tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--env", "airline", "--base", base, "--out", str(out), "--config", str(other)]) == 2
     assert "learning_rate" in capsys.readouterr().err
+
+
+def test_train_on_an_llm_written_environment_plays_it_in_the_sandbox(base, config, tmp_path, capsys):
+    """GRPO on a generated environment: every episode is played through a confined worker (`SandboxedEnv`)."""
+    from tracerl.synthesis.llm import EXAMPLE_MODULE
+
+    torch.set_num_threads(1)
+    env_dir = _env_dir(tmp_path / "envs", "look_then_act", module_source=EXAMPLE_MODULE)
+    out = tmp_path / "adapter"
+    assert main(["train", "--env", str(env_dir), "--base", base, "--out", str(out), "--config", config, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["capability"] == "look_then_act" and summary["steps"] == 1 and summary["rollouts_used"] >= 4
+    assert (out / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in env_dir.iterdir()) == ["env.json", "env.py", "target.json"]  # played on a copy

@@ -93,7 +93,7 @@ def steps(out: Path) -> int:
     return json.loads((out / "checkpoint" / "state.json").read_text())["step"]
 
 
-def test_the_command_and_the_pipeline_resume_and_refuse_alike(base, tmp_path, capsys):
+def test_the_command_and_the_pipeline_resume_and_refuse_alike(base, tmp_path, capsys, monkeypatch):
     run = Run(base, tmp_path / "ws")
     cli = Cli(base, run.ws / "envs" / CAP, tmp_path / "cli-out", tmp_path)
     # a fresh run: the environment's hint fraction (0.25) applies, the config sets none
@@ -109,6 +109,11 @@ def test_the_command_and_the_pipeline_resume_and_refuse_alike(base, tmp_path, ca
     run.kill()
     for summary, out in ((cli.train(capsys, max_steps=2), cli.out), (run.train(max_steps=2), run.out)):
         assert summary["resumed"] is True and steps(out) == 2
+    # the same folder spelled another way (relative, through '..'): an environment is compared by content
+    monkeypatch.chdir(tmp_path)
+    cli.env = Path("ws") / "envs" / ".." / "envs" / CAP
+    summary = cli.train(capsys, max_steps=2)
+    assert not isinstance(summary, str) and summary["resumed"] is True and steps(cli.out) == 2, summary
     # other settings: refused, naming them, and the run is left as it was
     run.kill()
     for error, out in ((cli.train(capsys, learning_rate=0.01), cli.out), (run.train(learning_rate=0.01), run.out)):

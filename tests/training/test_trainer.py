@@ -41,7 +41,7 @@ def small(**kw) -> TrainConfig:
 def test_train_writes_adapter_metrics_and_first_pass_ratio_is_one(base, tmp_path):
     torch.set_num_threads(1)
     rows = build_trainer(small(hint_fraction=0.5), base, LetterEnv, tmp_path).train()
-    assert rows[0] == {"step": 0, "rollouts_used": 0, "eval_success": 0.0}
+    assert rows[0] == {"step": 0, "rollouts_used": 0, "eval_success": 0.0, "eval_episodes": 4}
     assert [r["step"] for r in rows] == [0, 1, 2] and "eval_success" in rows[-1]
     fields = {"reward_mean", "reward_std", "success_rate", "informative_groups", "rollouts_used", "loss",
               "clip_ratio", "approx_kl", "entropy", "grad_norm", "seconds"}
@@ -77,7 +77,6 @@ def test_each_evaluation_keeps_the_adapter_it_measured(base, tmp_path):
     """snapshots/step_<n>/ at every evaluated step: the adapter a run stopped at step n ends with."""
     import shutil
 
-    from tracerl.training import checkpoint as ckpt
 
     torch.set_num_threads(1)
     out = tmp_path / "three"

@@ -6,7 +6,6 @@ Every test here talks to real vLLM servers (conftest.py) through the real CLI or
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest

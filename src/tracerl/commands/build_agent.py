@@ -81,6 +81,9 @@ def build_agent_command(
     check_device(device)
     if hidden_size % 4:
         raise InputError(f"--hidden-size must be a multiple of 4 (4 attention heads), got {hidden_size}")
+    from tracerl.core.io import check_output
+
+    check_output(out, folder=True)
     recipe = AgentRecipe(seed=seed, policy=policy, episodes=episodes, rule_check=rule_check, cite_values=cite_values,
                          hinted_share=hinted_share,
                          max_steps=steps, batch_size=batch_size,

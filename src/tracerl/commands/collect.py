@@ -40,8 +40,13 @@ def collect(
     from tracerl.envs.summary import print_summary, summarize
     from tracerl.models.factory import make_policy
 
+    from tracerl.core.io import check_output
+
     if tasks < 1:
         raise InputError(f"--tasks must be at least 1, got {tasks}")
+    check_output(out, folder=False)
+    if tau2_results is not None:
+        check_output(tau2_results, folder=False, what="--tau2-results")
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {batch_size}")
     live = env.startswith("tau2:")

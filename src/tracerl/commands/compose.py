@@ -52,11 +52,12 @@ def register(app: typer.Typer) -> None:
         )
         from tracerl.composition.training import GateTrainingConfig
         from tracerl.contracts import COMPOSITION_MODES
-        from tracerl.core.io import describe_validation_error
+        from tracerl.core.io import check_output, describe_validation_error
 
         dirs = list(adapters or []) + list(extra_adapters or [])
         if not dirs:
             raise InputError("give the adapters with --adapters DIR [DIR …]")
+        check_output(out, folder=True)
         if mode not in COMPOSITION_MODES:
             raise InputError(f"--mode must be one of {', '.join(COMPOSITION_MODES)}, got {mode!r}")
         try:

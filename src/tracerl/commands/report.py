@@ -22,8 +22,11 @@ def report(
 
     from rich.console import Console
 
+    from tracerl.core.io import check_output
     from tracerl.evaluation.report import build_report
 
+    if workspace.is_dir():  # (a missing workspace: build_report says so)
+        check_output(workspace / "report", folder=True, what="the report folder")
     result = build_report(workspace)
     if as_json:
         typer.echo(json.dumps(result.summary.model_dump(mode="json"), indent=2, ensure_ascii=False))

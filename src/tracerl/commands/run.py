@@ -47,9 +47,12 @@ def _run(config_path: Path, workspace: Path | None, force: list[str], only: set[
     from tracerl.config import load_run_config
     from tracerl.pipeline import Pipeline
 
+    from tracerl.core.io import check_output
+
     config = load_run_config(config_path)
     if workspace is None:
         raise InputError("give --workspace DIR (the run's folder)")
+    check_output(workspace, folder=True, what="--workspace")
     pipeline = Pipeline(config, workspace, console=console, eval_server=eval_server)
     start = time.time()
 

@@ -44,7 +44,7 @@ def select(
     from rich.progress import Progress
 
     from tracerl.core.errors import InputError
-    from tracerl.core.io import describe_validation_error
+    from tracerl.core.io import check_output, describe_validation_error
     from tracerl.envs.loading import load_rollouts
     from tracerl.selection.stage import SelectConfig, progress_steps, run_select
 
@@ -55,6 +55,7 @@ def select(
     except ValidationError as e:
         raise InputError(describe_validation_error(e)) from None
     trajectories = load_rollouts(rollouts, tools=tools)
+    check_output(out, folder=True)
     llm = opt.analysis_config(analysis_config, base_url=analysis_base_url, model=analysis_model,
                               api_key_env=analysis_api_key_env, temperature=analysis_temperature,
                               concurrency=analysis_concurrency, timeout=analysis_timeout, max_retries=analysis_max_retries)

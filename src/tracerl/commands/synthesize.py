@@ -103,7 +103,7 @@ def synthesize(
     from rich.progress import Progress
     from rich.table import Table
 
-    from tracerl.core.io import describe_validation_error
+    from tracerl.core.io import check_output, describe_validation_error
     from tracerl.synthesis.stage import SynthesizeConfig, run_synthesize
     from tracerl.synthesis.target import load_target
 
@@ -116,6 +116,7 @@ def synthesize(
     from tracerl.contracts import read_capability_list
 
     read_capability_list(capabilities)  # a bad file fails before any model loads
+    check_output(out, folder=True)
     tgt = load_target(target, policy=policy)
     llm = opt.analysis_config(analysis_config, base_url=analysis_base_url, model=analysis_model,
                               api_key_env=analysis_api_key_env, timeout=analysis_timeout,

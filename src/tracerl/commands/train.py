@@ -70,8 +70,12 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
     ) -> None:
         """Train a LoRA adapter with multi-turn GRPO on a capability environment (or on the target)."""
+        from tracerl.core.io import check_output
+        from tracerl.training.config import load_config
         from tracerl.training.run import capability_dirs
 
+        load_config(config, max_rollouts=max_rollouts, max_steps=max_steps, seed=seed)  # a bad config: before anything
+        check_output(out, folder=True)
         console = Console(stderr=True)
         jobs = [(d, out / d.name) for d in capability_dirs(env)] if all_ else [(env, out)]
         from tracerl.training.distributed import init_world, shutdown

@@ -1,4 +1,8 @@
-"""Read a YAML config into a pydantic model; a bad key or value is one line naming file and line."""
+"""Read a YAML config into a pydantic model; a bad key or value is one line naming file and line.
+
+YAML is read with `UniqueKeyLoader`: a key given twice in one mapping is refused (naming both lines),
+where PyYAML would keep the last one silently.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +13,56 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error
+from tracerl.core.io import describe_validation_error, read_text
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class DuplicateKey(yaml.constructor.ConstructorError):
+    pass
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: the constructor below says so
+                continue
+            if first != key_node.start_mark.line + 1:
+                raise DuplicateKey(None, None, f"key '{key}' is given twice (lines {first} and "
+                                               f"{key_node.start_mark.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, path: str | Path) -> Any:
+    """The document in `text` (YAML, duplicate keys refused); a problem is one `InputError` with its line."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 — a SafeLoader subclass
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow
+        line = text[: e.position].count("\n") + 1 if isinstance(e.position, int) else None
+        raise InputError(f"not valid YAML (character {e.character!r} is not allowed)", path=str(path), line=line) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        problem = " ".join(str(getattr(e, "problem", None) or e).split())
+        raise InputError(f"not valid YAML ({problem})", path=str(path), line=None if mark is None else mark.line + 1) from None
+    except RecursionError:
+        raise InputError("YAML nested too deeply", path=str(path)) from None
 
 
 def load_yaml(path: str | Path) -> tuple[dict[str, Any], yaml.Node | None]:
     """The mapping in a YAML file, and its node tree (for line numbers)."""
     path = Path(path)
+    text = read_text(path, "config file")
+    data = parse_yaml(text, path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("no such config file", path=str(path)) from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise InputError(f"not valid YAML ({getattr(e, 'problem', e)})", path=str(path),
-                         line=None if mark is None else mark.line + 1) from None
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except (yaml.YAMLError, RecursionError):
+        node = None
     if data is None:
         return {}, node
     if not isinstance(data, dict):

@@ -39,20 +39,68 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         raise
 
 
+def read_text(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file's content; a missing file, a folder, an unreadable or undecodable file is one
+    `InputError` naming it (`what`: what the file should have been, e.g. "config file")."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"no such {what}", path=str(path)) from None
+    except IsADirectoryError:
+        raise InputError(f"is a folder, not a {what}", path=str(path)) from None
+    except UnicodeDecodeError as e:
+        line = e.object[: e.start].count(b"\n") + 1 if isinstance(e.object, bytes) else None
+        raise InputError(f"not a UTF-8 text file (byte {e.object[e.start]:#04x} at offset {e.start})", path=str(path),
+                         line=line) from None
+    except OSError as e:
+        raise InputError(f"cannot read it ({e.strerror or type(e).__name__})", path=str(path)) from None
+
+
+def parse_json(text: str, path: str | Path) -> Any:
+    """`json.loads` with a one-line `InputError` naming file, line and column (and nesting too deep)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg}, column {e.colno})", path=str(path), line=e.lineno) from None
+    except RecursionError:
+        raise InputError("JSON nested too deeply", path=str(path)) from None
+
+
+def check_output(path: str | Path, *, folder: bool, what: str = "--out") -> Path:
+    """Check, before any work, that `path` can be written as a file (`folder=False`) or a folder: it is
+    not the other kind already, nothing on the way is a file, and its nearest existing folder takes a
+    new file (tried for real, then removed). Returns the path; a problem is one `InputError`."""
+    path = Path(path)
+    if folder and path.exists() and not path.is_dir():
+        raise InputError(f"{what}: is a file, not a folder", path=str(path))
+    if not folder and path.is_dir():
+        raise InputError(f"{what}: is a folder, not a file", path=str(path))
+    parent = path if folder else path.parent
+    existing = parent
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise InputError(f"{what}: {existing} is a file, so nothing can be written under it", path=str(path))
+    if path.exists() and not folder and not os.access(path, os.W_OK):
+        raise InputError(f"{what}: the file is not writable", path=str(path))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".tracerl-write-check.", dir=existing)
+    except OSError as e:
+        raise InputError(f"{what}: cannot write in {existing} ({e.strerror or type(e).__name__})", path=str(path)) from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
 def write_json(path: str | Path, value: Any) -> None:
     atomic_write_text(path, json.dumps(value, indent=2, ensure_ascii=False) + "\n")
 
 
 def read_json(path: str | Path) -> Any:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", path=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg}, column {e.colno})", path=str(path), line=e.lineno) from None
+    return parse_json(read_text(path), path)
 
 
 def write_jsonl(path: str | Path, records: Iterable[BaseModel]) -> None:
@@ -63,12 +111,7 @@ def write_jsonl(path: str | Path, records: Iterable[BaseModel]) -> None:
 
 def read_jsonl(path: str | Path, model: type[M]) -> list[M]:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", path=str(path)) from None
+    text = read_text(path)
     records = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -77,10 +120,14 @@ def read_jsonl(path: str | Path, model: type[M]) -> list[M]:
             data = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"not valid JSON ({e.msg}, column {e.colno})", path=str(path), line=lineno) from None
+        except RecursionError:
+            raise InputError("JSON nested too deeply", path=str(path), line=lineno) from None
         try:
             records.append(model.model_validate(data))
         except ValidationError as e:
             raise InputError(describe_validation_error(e), path=str(path), line=lineno) from None
+        except RecursionError:
+            raise InputError("a record nested too deeply", path=str(path), line=lineno) from None
     return records
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from tracerl.core.errors import InputError
+from tracerl.core.io import read_json
 
 ToolKind = Literal["read", "write", "generic"]
 
@@ -74,18 +74,13 @@ def tools_json(tools: list[ToolSchema]) -> list[dict[str, Any]]:
 def load_tools_json(path: str | Path) -> list[ToolSchema]:
     """Load a domain's tools from a tools.json like τ²-bench's (a list of OpenAI function entries)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
+    data = read_json(path)
     if not isinstance(data, list):
         raise InputError("expected a JSON list of tool entries", path=str(path))
     tools = []
     for i, entry in enumerate(data):
         try:
             tools.append(ToolSchema.from_openai(entry))
-        except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"tool entry {i} is malformed ({e})", path=str(path)) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise InputError(f"tool entry {i} is malformed ({type(e).__name__}: {e})", path=str(path)) from None
     return tools

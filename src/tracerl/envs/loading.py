@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from tracerl.core.errors import InputError
-from tracerl.core.io import describe_validation_error
+from tracerl.core.io import describe_validation_error, parse_json, read_text
 from tracerl.core.tools import ToolSchema, load_tools_json
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.tau2 import is_tau2_results, tau2_trajectories
@@ -29,30 +29,20 @@ def load_rollouts(path: str | Path, tools: list[ToolSchema] | str | Path | None 
     """
     path = Path(path)
     schemas = load_tools_json(tools) if isinstance(tools, (str, Path)) else tools
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a rollouts file", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", path=str(path)) from None
+    text = read_text(path)
     lines = text.splitlines()
     first = next(((i, line) for i, line in enumerate(lines, start=1) if line.strip()), None)
     if first is None:
         raise InputError("empty file: no rollouts", path=str(path))
     try:
         head = json.loads(first[1])
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         head = None
     if isinstance(head, dict) and not is_tau2_results(head):
         return _read_jsonl(lines, str(path), schemas)
     doc = head
     if doc is None:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"not valid JSON ({e.msg}, column {e.colno})", path=str(path), line=e.lineno) from None
+        doc = parse_json(text, path)
     if not is_tau2_results(doc):
         raise InputError(
             "neither tracerl JSONL (one trajectory object per line) nor a τ²-bench results file "
@@ -72,12 +62,16 @@ def _read_jsonl(lines: list[str], path: str, tools: list[ToolSchema] | None) -> 
             data = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputError(f"not valid JSON ({e.msg}, column {e.colno})", path=path, line=lineno) from None
+        except RecursionError:
+            raise InputError("JSON nested too deeply", path=path, line=lineno) from None
         if not isinstance(data, dict):
             raise InputError("expected a JSON object (one trajectory per line)", path=path, line=lineno)
         try:
             trajectory = Trajectory.model_validate(data)
         except ValidationError as e:
             raise InputError(describe_validation_error(e), path=path, line=lineno) from None
+        except RecursionError:
+            raise InputError("a record nested too deeply", path=path, line=lineno) from None
         if tools and not trajectory.tools:
             trajectory.tools = [t.model_copy() for t in tools]
         out.append(trajectory)

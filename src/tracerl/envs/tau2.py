@@ -25,8 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from tracerl.core.errors import InputError
-from tracerl.core.io import read_json
+from tracerl.core.io import describe_validation_error, read_json, read_text
 from tracerl.core.messages import Message, ToolCall, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
@@ -57,7 +59,7 @@ def tau2_trajectories(doc: dict[str, Any], *, path: str, text: str = "", tools: 
         line = _line_of(text, sim.get("id") if isinstance(sim, dict) else None)
         try:
             out.append(_trajectory(sim, tasks, domain, policy, schemas, source))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
             raise InputError(f"{where}: {_reason(e)}", path=path, line=line) from None
     return out
 
@@ -69,10 +71,11 @@ def _kinds_from_action_checks(sims: list[Any]) -> dict[str, str]:
     for sim in sims:
         if not isinstance(sim, dict) or not isinstance(sim.get("reward_info"), dict):
             continue
-        for check in sim["reward_info"].get("action_checks") or []:
-            if not isinstance(check, dict):
+        checks = sim["reward_info"].get("action_checks") or []
+        for check in checks if isinstance(checks, list) else []:
+            if not isinstance(check, dict) or not isinstance(check.get("action"), dict):
                 continue
-            name = (check.get("action") or {}).get("name")
+            name = check["action"].get("name")
             kind = check.get("tool_type")
             if isinstance(name, str) and kind in ("read", "write", "generic"):
                 kinds.setdefault(name, kind)
@@ -120,13 +123,13 @@ def _trajectory(
     task = tasks.get(task_id)
     if task is None:
         raise ValueError(f"task_id '{task_id}' is not among the file's tasks")
-    criteria = task.get("evaluation_criteria") or {}
+    criteria = _object(task.get("evaluation_criteria") or {}, f"task {task_id}'s evaluation_criteria")
     gold = [
         {"name": a["name"], "arguments": a.get("arguments") or {}}
         for a in criteria.get("actions") or []
         if a.get("requestor", "assistant") == "assistant"
     ]
-    reward_info = sim.get("reward_info") or {}
+    reward_info = _object(sim.get("reward_info") or {}, "reward_info")
     reward = float(reward_info.get("reward") or 0.0)
     messages, user_calls = _messages(_field(sim, "messages"), policy)
     kinds = {t.name: t.kind for t in tools}
@@ -138,7 +141,7 @@ def _trajectory(
         "task_kind": "+".join(dict.fromkeys(writes)) or "read_only",
         "gold_actions": gold,
         "communicate_info": list(criteria.get("communicate_info") or []),
-        "action_checks": reward_info.get("action_checks") or [],
+        "action_checks": _action_checks(reward_info.get("action_checks") or []),
         "db_check": reward_info.get("db_check"),
         "communicate_checks": reward_info.get("communicate_checks"),
         "nl_assertions": reward_info.get("nl_assertions"),
@@ -216,6 +219,23 @@ def _field(obj: dict[str, Any], key: str, prefix: str = "") -> Any:
     return obj[key]
 
 
+def _action_checks(checks: Any) -> list[dict[str, Any]]:
+    """τ²-bench's action checks as they are, once each is seen to be an object whose action is one."""
+    if not isinstance(checks, list):
+        raise TypeError(f"'reward_info.action_checks' must be a list, not {type(checks).__name__}")
+    for k, check in enumerate(checks):
+        _object(check, f"reward_info.action_checks[{k}]")
+        if "action" in check:
+            _object(check["action"], f"reward_info.action_checks[{k}].action")
+    return checks
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"'{what}' must be a JSON object, not {type(value).__name__}")
+    return value
+
+
 def _mapping(value: Any, what: str, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputError(f"'{what}' must be a JSON object", path=path)
@@ -225,7 +245,9 @@ def _mapping(value: Any, what: str, path: str) -> dict[str, Any]:
 def _reason(e: Exception) -> str:
     if isinstance(e, KeyError):
         return f"missing field '{e.args[0]}'"
-    return str(e).splitlines()[0]
+    if isinstance(e, ValidationError):
+        return describe_validation_error(e)
+    return (str(e).splitlines() or [type(e).__name__])[0]
 
 
 def _line_of(text: str, sim_id: Any) -> int | None:
@@ -243,4 +265,4 @@ def read_tau2_results(path: str | Path, tools: list[ToolSchema] | None = None) -
     doc = read_json(path)
     if not is_tau2_results(doc):
         raise InputError("not a τ²-bench results file (needs 'tasks' and 'simulations')", path=str(path))
-    return tau2_trajectories(doc, path=str(path), text=path.read_text(), tools=tools)
+    return tau2_trajectories(doc, path=str(path), text=read_text(path), tools=tools)

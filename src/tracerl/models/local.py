@@ -40,6 +40,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 from peft import PeftConfig, PeftModel, set_peft_model_state_dict
+from peft.tuners.tuners_utils import BaseTunerLayer
+from peft.utils import _get_submodules
+from peft.utils.other import AuxiliaryTrainingWrapper
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
@@ -49,6 +53,7 @@ from tracerl.core.policy import Session
 from tracerl.models.chat import ChatFormat, ChatState
 from tracerl.models.continuous import PolicyTurns, supports_continuous
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
+from tracerl.models.lora_check import adapter_shapes, check_adapter
 from tracerl.models.tiny_agent import TINY_AGENT_DIR
 
 BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
@@ -71,9 +76,14 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     adapter_config = Path(path) / "adapter_config.json"
     try:
         if adapter_config.exists():
-
-            base_path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
+            adapter_shapes(path)  # a damaged adapter fails before its base loads
+            named = PeftConfig.from_pretrained(path).base_model_name_or_path
+            if not named:
+                raise InputError("the adapter does not name its base model (base_model_name_or_path)",
+                                 path=str(adapter_config))
+            base_path = resolve_model_path(named)
             base = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+            check_adapter(base, path)
             model = PeftModel.from_pretrained(base, path).merge_and_unload()
             tokenizer = AutoTokenizer.from_pretrained(base_path)
         elif path.endswith(".gguf"):  # a GGUF file (llama.cpp's format), dequantized by transformers
@@ -85,11 +95,32 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
             tokenizer = AutoTokenizer.from_pretrained(path)
             if is_embedded_agent(path):  # adapters record the alias, not this checkout's path
                 model.name_or_path = model.config.name_or_path = EMBEDDED_AGENT
-    except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"cannot load a causal LM from '{path_or_name}': {str(e).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise InputError(f"cannot load a causal LM from '{path_or_name}': {first[:300]}") from None
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def strip_adapter_layers(model: torch.nn.Module) -> None:
+    """Undo what a failed PEFT load injected into a plain model: each tuner layer or wrapper is replaced
+    by the module it wraps, and the PEFT config PEFT attached is removed."""
+    replaced: list[str] = []
+    for name, module in list(model.named_modules()):  # outer modules first: what is inside a replaced one goes with it
+        if any(name.startswith(outer + ".") for outer in replaced):
+            continue
+        if isinstance(module, BaseTunerLayer):
+            original = module.get_base_layer()
+        elif isinstance(module, AuxiliaryTrainingWrapper):
+            original = module.original_module
+        else:
+            continue
+        parent, _, child = _get_submodules(model, name)
+        setattr(parent, child, original)
+        replaced.append(name)
+    for attribute in ("peft_config", "_hf_peft_config_loaded"):
+        model.__dict__.pop(attribute, None)
 
 
 def resolve_model_path(path_or_name: str | Path) -> str:
@@ -159,15 +190,22 @@ class LocalPolicy:
         """Load (or replace) the PEFT LoRA adapter `name` from a PEFT directory."""
         if name == BASE or name in self.routes:
             raise InputError(f"adapter name '{name}' is reserved")
-        if not (Path(path) / "adapter_config.json").exists():
-            raise InputError(f"not a PEFT adapter directory (no adapter_config.json): {path}")
+        check_adapter(self.model, path)  # damaged, or of another base: refused before the model is touched
         self._weights_version += 1
-        if isinstance(self.model, PeftModel):
-            if name in self.model.peft_config:
+        if isinstance(self.model, PeftModel) and name in self.model.peft_config:
+            self.unload_adapter(name)
+        try:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(str(path), adapter_name=name)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
+        except Exception as e:  # noqa: BLE001 — whatever PEFT left half-registered goes, then one line
+            if isinstance(self.model, PeftModel) and name in self.model.peft_config:
                 self.unload_adapter(name)
-            self.model.load_adapter(str(path), adapter_name=name)
-        else:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
+            elif not isinstance(self.model, PeftModel):
+                strip_adapter_layers(self.model)
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise InputError(f"cannot load the adapter: {first[:300]}", path=str(path)) from None
         self.model.eval()
 
     def unload_adapter(self, name: str) -> None:

@@ -11,7 +11,14 @@ accept vLLM's extensions `stop_token_ids`, `return_tokens_as_token_ids` ("token_
 and `return_token_ids` (choices carry `token_ids`); log-probs follow the engine's
 `logprobs_mode` (see `tracerl.models.generation`). Errors come back in OpenAI's shape
 `{"error": {"message", "type", "param", "code"}}`: 400 malformed request or over-long prompt,
-401 bad API key, 404 unknown model or adapter, 413 body too large, 503 queue full.
+401 bad API key, 404 unknown model or adapter, 413 body too large, 503 queue full. A malformed
+structure (JSON nested too deeply, a tool whose `function` is not an object, …) is a 400, never a 500.
+
+Fair under load: the event loop only reads bodies and answers; parsing, validation, template
+rendering and tokenization run in worker threads, generation on the engine's thread. A prompt whose
+text is longer, in bytes, than the context could hold even at the vocabulary's longest token (UTF-8
+bytes) is refused (400) before it is tokenized. A failed adapter load registers nothing
+(`LocalPolicy.load_adapter`).
 """
 
 from __future__ import annotations
@@ -112,6 +119,7 @@ def create_app(
     chat = policy.chat
     created = int(time.time())
     seeder = torch.Generator().manual_seed(secrets.randbits(62))
+    longest_token = longest_token_bytes(policy.tokenizer)
 
     def error(status: int, message: str, param: str | None = None) -> JSONResponse:
         body = {"error": {"message": message, "type": _TYPES.get(status, "Error"), "param": param, "code": status}}
@@ -137,21 +145,13 @@ def create_app(
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_request_bytes:
             raise APIError(413, f"request body larger than {max_request_bytes} bytes")
-        body = b""
+        chunks, size = [], 0
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_request_bytes:
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_request_bytes:
                 raise APIError(413, f"request body larger than {max_request_bytes} bytes")
-        try:
-            data = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise APIError(400, f"request body is not valid JSON ({e})") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "request body must be a JSON object")
-        try:
-            return model.model_validate(data)
-        except ValidationError as e:
-            raise APIError(400, describe_validation_error(e)) from None
+        return await asyncio.to_thread(_validate, b"".join(chunks), model)
 
     def adapter_for(name: str) -> str | None:
         if name == served_model_name:
@@ -195,6 +195,15 @@ def create_app(
     async def run(requests: list[GenerationRequest]) -> list[GenerationResult]:
         return await submit(lambda: engine.generate(requests))
 
+    def check_text_length(n_bytes: int) -> None:
+        """Refuse, before tokenizing it, text that needs more tokens than the context holds: at most
+        `longest_token` bytes a token, n_bytes of text need at least n_bytes / longest_token tokens."""
+        at_least = -(-n_bytes // longest_token)
+        if at_least >= policy.max_context:
+            raise APIError(400, f"This model's maximum context length is {policy.max_context} tokens. However, the "
+                                f"prompt's {n_bytes} bytes of text need at least {at_least} tokens. Please reduce the "
+                                "length of the prompt.", "messages")
+
     def check_ids(ids: list[int]) -> list[int]:
         vocab = len(policy.tokenizer)
         if not ids:
@@ -223,7 +232,14 @@ def create_app(
         if req.stream or req.echo:
             raise APIError(400, "stream and echo are not supported", "stream" if req.stream else "echo")
         adapter = adapter_for(req.model)
-        prompts = _prompts(req.prompt, chat)
+
+        def prepare() -> list[list[int]]:  # in a worker thread: the loop stays free
+            texts = [req.prompt] if isinstance(req.prompt, str) else [p for p in req.prompt if isinstance(p, str)]
+            for text in texts:
+                check_text_length(len(text.encode("utf-8", "surrogatepass")))
+            return _prompts(req.prompt, chat)
+
+        prompts = await asyncio.to_thread(prepare)
         stops = list(req.stop_token_ids or []) + list(chat.stop_ids)
         gen_requests = []
         for p, ids in enumerate(prompts):
@@ -258,12 +274,14 @@ def create_app(
         if req.stream:
             raise APIError(400, "stream is not supported", "stream")
         adapter = adapter_for(req.model)
-        messages = _messages(req.messages)
-        tools = _tools(req.tools)
-        try:
-            ids = chat.prompt_ids(messages, tools)
-        except Exception as e:  # noqa: BLE001 — a template that rejects the conversation
-            raise APIError(400, f"the chat template cannot render these messages: {e}", "messages") from None
+
+        def prepare() -> tuple[list[ToolSchema] | None, list[int]]:  # in a worker thread: the loop stays free
+            messages = _messages(req.messages)
+            tools = _tools(req.tools)
+            check_text_length(sum(_text_bytes(m) for m in messages))
+            return tools, _render(chat, messages, tools)
+
+        tools, ids = await asyncio.to_thread(prepare)
         check_ids(ids)
         max_new = budget(len(ids), req.max_completion_tokens or req.max_tokens)
         gen_requests = [GenerationRequest(prompt_ids=ids, max_new_tokens=max_new, temperature=req.temperature,
@@ -314,10 +332,54 @@ def create_app(
     async def _engine_call(fn) -> Any:
         try:
             return await submit(lambda: engine.call(fn))
-        except (OSError, ValueError, KeyError, RuntimeError) as e:
-            raise APIError(400, f"cannot load the adapter: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        except APIError:
+            raise
+        except Exception as e:  # noqa: BLE001 — the load left nothing registered (`LocalPolicy.load_adapter`)
+            first = (str(e).splitlines() or [type(e).__name__])[0]
+            raise APIError(400, f"cannot load the adapter: {first[:500]}") from None
 
     return app
+
+
+def longest_token_bytes(tokenizer: Any) -> int:
+    """The most UTF-8 bytes any vocabulary entry is written with (at least the bytes it stands for)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return max(1, *(len(str(t).encode("utf-8", "surrogatepass")) for t in tokens if t is not None))
+
+
+def _validate(body: bytes, model: type[BaseModel]) -> Any:
+    """The request body as `model` (in a worker thread); anything malformed is a 400."""
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"request body is not valid JSON ({e})") from None
+    except RecursionError:
+        raise APIError(400, "request body is nested too deeply") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise APIError(400, describe_validation_error(e)) from None
+    except RecursionError:
+        raise APIError(400, "request body is nested too deeply") from None
+
+
+def _text_bytes(message: Message) -> int:
+    """The UTF-8 bytes of a message's text: its content and its tool calls' names and arguments."""
+    calls = sum(len(c.function.name.encode("utf-8", "surrogatepass")) + len(c.function.arguments.encode("utf-8", "surrogatepass"))
+                for c in message.tool_calls or [])
+    return len((message.content or "").encode("utf-8", "surrogatepass")) + calls
+
+
+def _render(chat: Any, messages: list[Message], tools: list[ToolSchema] | None) -> list[int]:
+    """The prompt's token ids (in a worker thread); a conversation the template rejects is a 400."""
+    try:
+        return chat.prompt_ids(messages, tools)
+    except RecursionError:
+        raise APIError(400, "the messages are nested too deeply", "messages") from None
+    except Exception as e:  # noqa: BLE001 — a template that rejects the conversation
+        raise APIError(400, f"the chat template cannot render these messages: {e}", "messages") from None
 
 
 def _prompts(prompt: Any, chat: Any) -> list[list[int]]:
@@ -336,13 +398,18 @@ def _messages(raw: list[dict[str, Any]]) -> list[Message]:
         m = dict(m)
         content = m.get("content")
         if isinstance(content, list):  # OpenAI content parts
-            m["content"] = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            if not all(isinstance(t, str) for t in texts):
+                raise APIError(400, f"messages[{i}].content: a text part's 'text' must be a string", "messages")
+            m["content"] = "".join(texts)
         if isinstance(m.get("tool_calls"), list):  # keys beyond OpenAI's (τ²-bench adds a call's "name") are ignored
             m["tool_calls"] = [_known_call_keys(c) for c in m["tool_calls"]]
         try:
             out.append(Message.model_validate({k: v for k, v in m.items() if k in Message.model_fields}))
         except ValidationError as e:
             raise APIError(400, f"messages[{i}]: {describe_validation_error(e)}", "messages") from None
+        except RecursionError:
+            raise APIError(400, f"messages[{i}] is nested too deeply", "messages") from None
     return out
 
 
@@ -360,10 +427,18 @@ def _tools(raw: list[dict[str, Any]] | None) -> list[ToolSchema] | None:
         return None
     tools = []
     for i, entry in enumerate(raw):
+        function = entry.get("function", entry)
+        if not isinstance(function, dict):
+            raise APIError(400, f"tools[{i}].function must be an object, not {type(function).__name__}", "tools")
+        if not isinstance(function.get("name"), str) or not isinstance(function.get("parameters", {}), dict):
+            raise APIError(400, f"tools[{i}].function needs a string 'name' and an object 'parameters'", "tools")
         try:
             tools.append(ToolSchema.from_openai(entry))
-        except (KeyError, TypeError, ValueError, ValidationError) as e:
-            raise APIError(400, f"tools[{i}] is not an OpenAI function tool ({e})", "tools") from None
+        except ValidationError as e:
+            raise APIError(400, f"tools[{i}] is not an OpenAI function tool ({describe_validation_error(e)})",
+                           "tools") from None
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
+            raise APIError(400, f"tools[{i}] is not an OpenAI function tool ({type(e).__name__})", "tools") from None
     return tools
 
 

@@ -9,10 +9,14 @@ Layout inside the run's output directory (which is itself the PEFT adapter direc
                                                       eval_success; its rollouts_used is that metrics row's)
     checkpoint/
         adapter/                                      PEFT adapter at `step`
-        optimizer.pt                                  AdamW state
-        rng-rank{r}.pt                                torch (CPU and CUDA) / python / numpy RNG states of each rank
+        optimizer.safetensors, optimizer.json         AdamW state: its tensors, and the rest (param groups, scalars)
+        rng-rank{r}.json                              torch (CPU and CUDA) / python / numpy RNG states of each rank
         metrics.jsonl                                 the metrics rows up to `step`
         state.json                                    {"step", "rollouts_used", "metrics_rows"}
+
+Nothing is pickled: tensors go to safetensors, everything else to JSON, so loading a checkpoint runs no
+code from it. A checkpoint in the pickle format of older versions (optimizer.pt) is refused, never
+unpickled; stray .pt files are ignored.
 
 A new checkpoint is built in a temporary sibling folder and swapped in by renames, so a `kill -9`
 at any moment leaves either the previous checkpoint or the new one, never a mix. A resumed run takes
@@ -34,7 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 from peft.utils import set_peft_model_state_dict
-from safetensors.torch import load_file
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from tracerl import contracts
 from tracerl.contracts import METRICS_FILE, SNAPSHOTS, adapter_snapshots, metrics_text
@@ -52,6 +57,10 @@ class TrainState:
     metrics_rows: int = 0
 
 
+OPTIMIZER_TENSORS, OPTIMIZER_JSON = "optimizer.safetensors", "optimizer.json"
+PICKLED_OPTIMIZER = "optimizer.pt"  # older versions' format: refused, never loaded
+
+
 def rng_state() -> dict:
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     return {"torch": torch.get_rng_state(), "cuda": cuda, "python": random.getstate(), "numpy": np.random.get_state()}
@@ -63,6 +72,76 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+
+
+def rng_file(path: Path, rank: int) -> Path:
+    return Path(path) / f"rng-rank{rank}.json"
+
+
+def save_rng_state(state: dict, file: Path) -> None:
+    """`rng_state()` as JSON: byte tensors as lists of bytes, Mersenne Twister states as lists of integers."""
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    version, internal, gauss_next = state["python"]
+    write_json(file, {
+        "torch": state["torch"].tolist(),
+        "cuda": None if state["cuda"] is None else [s.tolist() for s in state["cuda"]],
+        "python": [version, list(internal), gauss_next],
+        "numpy": [name, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+    })
+
+
+def load_rng_state(file: Path) -> dict:
+    """What `save_rng_state` wrote, in the shape `set_rng_state` takes; a malformed file is an InputError."""
+    data = read_json(file)
+    try:
+        version, internal, gauss_next = data["python"]
+        name, keys, pos, has_gauss, cached = data["numpy"]
+        return {
+            "torch": torch.tensor(data["torch"], dtype=torch.uint8),
+            "cuda": None if data["cuda"] is None else [torch.tensor(s, dtype=torch.uint8) for s in data["cuda"]],
+            "python": (int(version), tuple(int(x) for x in internal), None if gauss_next is None else float(gauss_next)),
+            "numpy": (str(name), np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)),
+        }
+    except (KeyError, TypeError, ValueError, OverflowError, RuntimeError) as e:
+        raise InputError(f"not an RNG state ({type(e).__name__}: {e})", path=str(file)) from None
+
+
+def save_optimizer_state(state: dict[str, Any], directory: Path) -> None:
+    """An optimizer's `state_dict()`: its tensors to optimizer.safetensors (`<param index>.<name>`), the rest
+    (param groups, non-tensor state values, which names are tensors) to optimizer.json."""
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {}
+    for index, values in state["state"].items():
+        entry: dict[str, Any] = {"tensors": [], "values": {}}
+        for key, value in values.items():
+            if torch.is_tensor(value):
+                tensors[f"{index}.{key}"] = value.detach().cpu().contiguous()
+                entry["tensors"].append(key)
+            else:
+                entry["values"][key] = value
+        meta[str(index)] = entry
+    save_file(tensors, str(directory / OPTIMIZER_TENSORS))
+    write_json(directory / OPTIMIZER_JSON, {"state": meta, "param_groups": state["param_groups"]})
+
+
+def load_optimizer_state(directory: Path) -> dict[str, Any]:
+    """What `save_optimizer_state` wrote, as a `state_dict()` (tensors on the CPU: `load_state_dict` moves
+    them to their parameters); a checkpoint in the pickle format is refused, not loaded."""
+    if not (directory / OPTIMIZER_JSON).exists() and (directory / PICKLED_OPTIMIZER).exists():
+        raise InputError(f"the checkpoint's optimizer state is a pickle ({PICKLED_OPTIMIZER}, an older format), which "
+                         "is never loaded: it could run any code; start the run over (tracerl train --force)",
+                         path=str(directory))
+    meta = read_json(directory / OPTIMIZER_JSON)
+    try:
+        tensors = load_file(str(directory / OPTIMIZER_TENSORS))
+        state: dict[int, dict[str, Any]] = {}
+        for index, entry in meta["state"].items():
+            values = {key: tensors[f"{index}.{key}"] for key in entry["tensors"]}
+            values.update(entry["values"])
+            state[int(index)] = values
+        return {"state": state, "param_groups": meta["param_groups"]}
+    except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+        raise InputError(f"not an optimizer state ({type(e).__name__}: {e})", path=str(directory)) from None
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
@@ -111,9 +190,9 @@ def save_checkpoint(out: Path, model, optimizer, state: TrainState, rank_rng: li
         raise ValueError(f"{len(metrics)} metrics rows for a state that counts {state.metrics_rows}")
     tmp = Path(tempfile.mkdtemp(prefix=".checkpoint.", dir=out))
     model.save_pretrained(tmp / "adapter", save_embedding_layers=False)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    save_optimizer_state(optimizer.state_dict(), tmp)
     for rank, rng in enumerate(rank_rng):
-        torch.save(rng, tmp / f"rng-rank{rank}.pt")
+        save_rng_state(rng, rng_file(tmp, rank))
     (tmp / METRICS_FILE).write_text(metrics_text(metrics))
     write_json(tmp / "state.json", {"step": state.step, "rollouts_used": state.rollouts_used,
                                     "metrics_rows": state.metrics_rows})
@@ -159,10 +238,9 @@ def load_checkpoint(path: Path, model, optimizer, rank: int) -> TrainState:
     """Restore adapter weights, optimizer and this rank's RNG states; return the saved counters (metrics: `checkpoint_metrics`)."""
     weights = load_file(str(path / "adapter" / "adapter_model.safetensors"))
     set_peft_model_state_dict(model, weights)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    rng_file = path / f"rng-rank{rank}.pt"
-    if rng_file.exists():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+    optimizer.load_state_dict(load_optimizer_state(path))
+    if rng_file(path, rank).exists():
+        set_rng_state(load_rng_state(rng_file(path, rank)))
     data = read_json(path / "state.json")
     return TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
                       metrics_rows=int(data["metrics_rows"]))

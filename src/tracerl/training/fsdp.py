@@ -111,16 +111,15 @@ def load_sharded_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch
         for name, p in model.named_parameters():
             if p.requires_grad:
                 p.copy_(shard_like(saved[name.replace(f".{adapter}.", ".")].to(p.dtype), p))
-    state = torch.load(path / "optimizer.pt", weights_only=False)
+    state = ckpt.load_optimizer_state(path)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     for index, values in state["state"].items():
         for key, value in values.items():
             if key != "step":
                 values[key] = shard_like(value, params[index])
     optimizer.load_state_dict(state)
-    rng_file = path / f"rng-rank{rank}.pt"
-    if rng_file.exists():
-        ckpt.set_rng_state(torch.load(rng_file, weights_only=False))
+    if ckpt.rng_file(path, rank).exists():
+        ckpt.set_rng_state(ckpt.load_rng_state(ckpt.rng_file(path, rank)))
     data = read_json(path / "state.json")
     return ckpt.TrainState(step=int(data["step"]), rollouts_used=int(data["rollouts_used"]),
                            metrics_rows=int(data["metrics_rows"]))

@@ -110,13 +110,16 @@ class StepSample:
 
 def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str, env_digest: str | None) -> list[str]:
     """What differs between a saved run and one about to resume it: config fields (but the stopping
-    rules max_steps and max_rollouts), then 'base', 'env' and 'env content' (its digest)."""
+    rules max_steps and max_rollouts), then 'base', then the environment — a synthesized one by its
+    content ('env content': its digest), however its folder is spelled; another by its name ('env')."""
     free = {"max_steps", "max_rollouts"}
     before = {k: v for k, v in saved.config.items() if k not in free}
     now = {k: v for k, v in config.model_dump().items() if k not in free}
     changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
-    changed += [k for k, v in (("base", base), ("env", env)) if getattr(saved, k) != v]
-    return changed + (["env content"] if saved.env_digest != env_digest else [])
+    changed += ["base"] if saved.base != base else []
+    if saved.env_digest is not None or env_digest is not None:
+        return changed + (["env content"] if saved.env_digest != env_digest else [])
+    return changed + (["env"] if saved.env != env else [])
 
 
 class GRPOTrainer:

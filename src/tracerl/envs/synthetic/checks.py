@@ -24,6 +24,7 @@ from tracerl.contracts import CheckReport, CheckResult
 from tracerl.core.messages import Action, Message, ToolCall, canonical_json
 from tracerl.core.tools import ToolSchema
 from tracerl.envs.base import Env
+from tracerl.envs.synthetic.sandbox import GeneratedCodeError, SandboxFailure
 
 DEFAULT_SEEDS = tuple(range(20))
 DO_NOTHING_TEXT = "I'm sorry, I cannot help with that. Goodbye."
@@ -53,6 +54,8 @@ def play(env: Env, seed: int, actions: Sequence[Action], *, options: dict[str, A
 def _guard(name: str, fn: Callable[[], CheckResult]) -> CheckResult:
     try:
         return fn()
+    except (GeneratedCodeError, SandboxFailure) as e:  # in a sandboxed module: the text says where
+        return CheckResult(name=name, passed=False, detail=f"raised {e}")
     except Exception as e:  # the module under test may raise anything: report it
         where = traceback.extract_tb(e.__traceback__)[-1]
         return CheckResult(name=name, passed=False,

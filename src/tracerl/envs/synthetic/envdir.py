@@ -9,7 +9,9 @@
       env.py            LLM-written environments only: a module defining `make_env(difficulty) -> Env`
 
 `load_env_dir(path)` returns a zero-argument factory of fresh `Env`s; the target is read from
-target.json, so the directory does not depend on where the original tools.json was. Each JSON file is
+target.json, so the directory does not depend on where the original tools.json was. An LLM-written
+module is never imported here: its environments live in a confined worker process and are played
+through `tracerl.envs.synthetic.sandbox.SandboxedEnv`. Each JSON file is
 read and written through its model in `tracerl.contracts`. `env_digest(path)` identifies the
 environment by the content of the files that define it.
 """
@@ -17,7 +19,6 @@ environment by the content of the files that define it.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from tracerl.contracts import CheckReport, EnvSpec, TargetFile
 from tracerl.core.errors import InputError
 from tracerl.core.io import atomic_write_text
 from tracerl.envs.base import Env
+from tracerl.envs.synthetic.sandbox import (
+    GeneratedCodeError,
+    SandboxFailure,
+    SandboxWorker,
+    WorkerLimits,
+)
 from tracerl.envs.synthetic.target import Target
 from tracerl.envs.synthetic.templates import TEMPLATES
 
@@ -71,8 +78,11 @@ def env_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def load_env_dir(path: str | Path, difficulty: int | None = None) -> Callable[[], Env]:
-    """A factory of fresh environments from an env directory (`difficulty` overrides env.json's)."""
+def load_env_dir(path: str | Path, difficulty: int | None = None,
+                 limits: WorkerLimits | None = None) -> Callable[[], Env]:
+    """A factory of fresh environments from an env directory (`difficulty` overrides env.json's). An
+    LLM-written module's factory (`SandboxedEnvFactory`) owns a worker process: `close()` ends it (so
+    does dropping the factory and every env it made)."""
     path = Path(path)
     spec = load_env_spec(path)
     target = load_target_json(path)
@@ -83,22 +93,22 @@ def load_env_dir(path: str | Path, difficulty: int | None = None) -> Callable[[]
             raise InputError(f"unknown template '{spec.template}' (known: {', '.join(sorted(TEMPLATES))})",
                              path=str(path / ENV_JSON))
         return lambda: cls(target, difficulty=level, max_turns=spec.max_turns)
-    make_env = load_module_factory(path / str(spec.module))
-    return lambda: make_env(level)
+    module = module_file(path, spec)
+    worker = SandboxWorker(path, module.name, files=(TARGET_JSON,), limits=limits, source=str(module))
+    try:
+        worker.load()
+    except (GeneratedCodeError, SandboxFailure) as e:
+        worker.close()
+        raise InputError(f"the module fails to import: {e}", path=str(module)) from None
+    return worker.factory(level)
 
 
-def load_module_factory(module_path: Path) -> Callable[[int], Env]:
-    """`make_env` of an environment module (imported under a name unique to its content)."""
-    if not module_path.exists():
-        raise InputError("no such file", path=str(module_path))
-    digest = hashlib.sha256(module_path.read_bytes()).hexdigest()[:12]
-    name = f"tracerl_envmod_{digest}"
-    spec = importlib.util.spec_from_file_location(name, module_path)
-    if spec is None or spec.loader is None:
-        raise InputError("cannot import", path=str(module_path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    make_env = getattr(module, "make_env", None)
-    if not callable(make_env):
-        raise InputError("defines no make_env(difficulty)", path=str(module_path))
-    return make_env
+def module_file(path: Path, spec: EnvSpec) -> Path:
+    """The LLM-written module of env directory `path`: a file of the folder itself, named in env.json."""
+    name = str(spec.module or "")
+    if not name.endswith(".py") or Path(name).name != name or name.startswith("."):
+        raise InputError(f"module {name!r} is not a .py file of the directory itself", path=str(path / ENV_JSON))
+    module = path / name
+    if not module.is_file():
+        raise InputError("no such file", path=str(module))
+    return module

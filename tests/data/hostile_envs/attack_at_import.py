@@ -1,0 +1,3 @@
+
+
+raise RuntimeError("attack outcomes " + _json.dumps(attack()))
