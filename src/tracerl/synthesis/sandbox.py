@@ -27,10 +27,10 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 from tracerl.contracts import CheckReport
+from tracerl.core.confine import network_namespace_available
 
 REPORT_MARKER = "TRACERL-SANDBOX-REPORT "
 
@@ -60,19 +60,6 @@ class SandboxResult:
         if self.report is not None and not self.report.passed:
             return self.report.failures()
         return self.error or "failed"
-
-
-@lru_cache(maxsize=1)
-def network_namespace_available() -> bool:
-    """Whether `unshare --user --map-root-user --net` works here (unprivileged user namespaces)."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        done = subprocess.run([exe, "--user", "--map-root-user", "--net", "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
 
 
 def _limit_child(limits: SandboxLimits):

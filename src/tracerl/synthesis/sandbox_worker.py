@@ -3,7 +3,7 @@
     python -I -m tracerl.synthesis.sandbox_worker <folder> <seeds> <difficulty>
 
 Everything this process needs (tracerl, pydantic) is imported *before* the lock-down; then:
-Landlock (where the kernel has it) makes the file system read-only except `<folder>`, denies TCP
+Landlock (where the kernel has it, `tracerl.core.confine.landlock`) makes the file system read-only except `<folder>`, denies TCP
 bind/connect and (ABI ≥ 6) signals to processes outside; a Python audit hook — which cannot be
 removed — refuses sockets, subprocesses, exec, fork, kill, ctypes loading and opening files for
 writing outside `<folder>`. Then `<folder>/env.py` is imported and `make_env(difficulty)` checked.
@@ -12,80 +12,22 @@ The report is printed as one line after `REPORT_MARKER`.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import sys
 import traceback
 from pathlib import Path
 
+from tracerl.core.confine import landlock
 from tracerl.core.io import read_json
 from tracerl.envs.synthetic.checks import validate_env
 from tracerl.envs.synthetic.envdir import MODULE_PY, TARGET_JSON, load_module_factory
 from tracerl.envs.synthetic.target import Target
 from tracerl.synthesis.sandbox import REPORT_MARKER
 
-# Landlock (linux/landlock.h)
-_FS_WRITE = (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12)
-_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14
-_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
-_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
-_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
-_PR_SET_NO_NEW_PRIVS = 38
-
 _BLOCKED_EVENTS = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
                    "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.", "pty.spawn", "webbrowser")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-
-
-class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def landlock(writable: Path) -> list[str]:
-    """Restrict this process (and its future children) with Landlock; the layers it set up."""
-    if not sys.platform.startswith("linux"):
-        return []
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    if abi < 1:
-        return []
-    fs = _FS_WRITE | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    attr = _RulesetAttr(handled_access_fs=fs, handled_access_net=(_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
-                        scoped=(_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
-    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return []
-    layers = ["landlock fs"]
-    for path in (writable, Path("/dev/null")):
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        allowed = fs if path.is_dir() else (1 << 1) | ((1 << 14) if abi >= 3 else 0)
-        rule = _PathBeneathAttr(allowed_access=allowed, parent_fd=fd)
-        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-            os.close(fd)
-            os.close(ruleset)
-            return []
-        os.close(fd)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        os.close(ruleset)
-        return []
-    if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-        os.close(ruleset)
-        return []
-    os.close(ruleset)
-    if abi >= 4:
-        layers.append("landlock net")
-    if abi >= 6:
-        layers.append("landlock signal scope")
-    return layers
 
 
 def install_audit_hook(writable: Path) -> None:
