@@ -41,8 +41,12 @@ from pathlib import Path
 
 import torch
 
+from tracerl.envs.airline import AirlineEnv
 from tracerl.envs.airline.tasks import RESERVATION_ID
 
+
+
+AIRLINE_KINDS = {t.name: t.kind for t in AirlineEnv().tools}  # the tools' kinds, for drill_kinds
 
 def teacher_forced(model, tokenizer, demos) -> dict[str, list[str]]:
     from tracerl.models.build_agent import sft_example
@@ -265,7 +269,7 @@ def drills_exact_by_turn(model, tokenizer, demos) -> dict[str, dict[str, float]]
     groups: dict[str, list] = defaultdict(list)
     for trajectory in demos:
         drills = copy_drills(trajectory)
-        for kind, d in zip(drill_kinds(drills), drills, strict=True):
+        for kind, d in zip(drill_kinds(drills, AIRLINE_KINDS), drills, strict=True):
             groups[kind].append(sft_example(chat, d))
     return {kind: {"drills": len(examples), "exact": round(exact_final_turns(model, examples, tokenizer.pad_token_id), 3)}
             for kind, examples in sorted(groups.items())}

@@ -37,9 +37,13 @@ import time
 from collections import defaultdict
 
 import torch
+from tracerl.envs.airline import AirlineEnv
 
 NUMBER = r"(?<![\d-])\d{2,4}(?![\d-])"  # a 2-4 digit number, not part of a date
 
+
+
+AIRLINE_KINDS = {t.name: t.kind for t in AirlineEnv().tools}  # the tools' kinds, for drill_kinds
 
 def turn_text(message) -> str:
     return (message.content or "") + "".join(c.function.arguments for c in message.tool_calls or [])
@@ -96,7 +100,7 @@ def drills_by_kind(chat, demos, redraws: int, rng: random.Random, pool: dict[int
     groups: dict[str, list] = defaultdict(list)
     for trajectory in demos:
         drills = copy_drills(trajectory)
-        for kind, d in zip(drill_kinds(drills), drills, strict=True):
+        for kind, d in zip(drill_kinds(drills, AIRLINE_KINDS), drills, strict=True):
             if kind == "said value":
                 d = with_keys(d) if mirror_keys else d
                 kind = said_kind(d.messages[-1].content)
