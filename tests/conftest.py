@@ -21,7 +21,7 @@ def _generated_code_runs_here() -> None:
     confinement itself skip there (tests/synthesis/test_containment.py)."""
     import os
 
-    from tracerl.envs.synthetic.confine import REQUIRED
+    from tracerl.core.confine import REQUIRED
     from tracerl.envs.synthetic.sandbox import ALLOW_UNCONFINED, kernel_confinement
 
     if not set(REQUIRED) <= set(kernel_confinement()):

@@ -30,7 +30,7 @@ ALLOWED = {
     "models": {"core", "contracts", "envs"},
     **{stage: {"core", "contracts", "envs", "models"} for stage in STAGE_PACKAGES},
 }
-DOMAINS = {"tracerl.envs.airline"}  # built-in domains: only the registry and the domain itself import them
+DOMAINS = {"tracerl.envs.airline", "tracerl.envs.code"}  # built-in domains: only the registry and the domain itself import them
 REGISTRY = "tracerl.envs.registry"
 # Imports inside functions allowed outside the command modules: optional extras, and modules that run in
 # another interpreter (the τ²-bench bridge runs in τ²-bench's).

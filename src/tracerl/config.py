@@ -62,6 +62,9 @@ class TargetSection(Section):
 
 class BaselinesSection(Section):
     grpo_target: bool = Field(True, description="GRPO on the target's train split with TRACE's rollout budget")
+    swe_rl: bool = Field(False, description="SWE-RL: GRPO on the target's train split with SWE-RL's reward (the "
+                         "submitted patch's similarity to the gold patch, tracerl.envs.code.swe_rl) at TRACE's "
+                         "rollout budget; a target with a `reward` option (the code domain)")
     prompt_capabilities: bool = Field(True, description="the base model with the capability descriptions in its prompt")
     single_adapters: bool = Field(True, description="evaluate each capability adapter alone")
 

@@ -318,7 +318,8 @@ class EnvSpec(Contract):
     capability: str
     description: str = ""
     source: Literal["template", "llm"] = "template"
-    template: str | None = Field(None, description="A key of tracerl.envs.synthetic.templates.TEMPLATES.")
+    template: str | None = Field(None, description="A key of tracerl.envs.synthetic.templates.TEMPLATES, or of a "
+                                 "built-in domain's own capability environments (tracerl.envs.registry.capability_envs).")
     module: str | None = Field(None, description="A file in the directory defining make_env(difficulty).")
     target: str = Field(description="The target's name ('airline', 'retail', …).")
     difficulty: int = 1
@@ -736,6 +737,8 @@ class Headline(Record):
     grpo_target: HeadlineEntry | None
     prompt_capabilities: HeadlineEntry | None
     trace_vs_grpo_target: Interval | None = Field(description="Paired difference over tasks, TRACE − GRPO-on-target.")
+    swe_rl: HeadlineEntry | None = Field(None, description="SWE-RL's baseline (`baselines.swe_rl`), where it ran.")
+    trace_vs_swe_rl: Interval | None = Field(None, description="Paired difference over tasks, TRACE − SWE-RL.")
     routing_accuracy: float | None
     answer: str | None = Field(None, description="Does TRACE help here, by how much, at what budget: one sentence "
                                "(`tracerl.evaluation.report_data.answer`); None before TRACE and base are evaluated.")
@@ -777,9 +780,11 @@ class SampleEfficiency(Record):
     trace: list[EfficiencyPoint] = Field(description="TRACE's composition of the adapters' snapshots, by step "
                                          "(rollouts: every adapter's at that step plus the gate data's).")
     grpo_target: list[EfficiencyPoint] = Field(description="GRPO on the target's checkpoints, by step.")
+    swe_rl: list[EfficiencyPoint] = Field(default_factory=list, description="SWE-RL's checkpoints (GRPO with "
+                                          "SWE-RL's reward), by step, where it ran.")
     best: dict[str, BestCheckpoint] = Field(description="Method → the checkpoint its validation curve chooses.")
     test: dict[str, Interval] = Field(description="Variant → pass^1 on the test tasks at its final budget "
-                                      "(eval/<variant>.json): base, TRACE, GRPO on the target.")
+                                      "(eval/<variant>.json): base, TRACE, GRPO on the target, SWE-RL.")
     test_tasks: int = Field(description="Test tasks those were measured on.")
     note: str | None = Field(None, description="Why a curve is missing, when one is.")
 
@@ -846,7 +851,7 @@ class Workspace:
         adapters/<c>/                    step 3 (PEFT adapter, metrics.jsonl, checkpoints, snapshots/step_<n>/)
         gate_data/                       the adapters' rollouts or openings the compositions learn from
         composed*/                       step 4, one folder per composition mode (`COMPOSITION_MODES`)
-        baselines/<name>/                a baseline trained at TRACE's rollout budget (grpo_target)
+        baselines/<name>/                a baseline trained at TRACE's rollout budget (grpo_target, swe_rl)
         curve/                           the sample-efficiency points (curve.json, step_<n>/, step_<n>.jsonl)
         eval/<variant>.json|.jsonl       held-out evaluation (eval/tau2/<variant>.json: τ²-bench's results file)
         report/index.html, report.json   the report

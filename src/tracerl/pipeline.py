@@ -1,7 +1,7 @@
 """`tracerl run`: the whole TRACE loop as resumable stages in one workspace folder.
 
-    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → curve
-    → eval:<variant>… → report
+    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → swe_rl
+    → curve → eval:<variant>… → report
 
 Each stage reads only earlier stages' files, writes its own atomically and is skipped when its
 outputs exist and its inputs and config are unchanged (`tracerl.stages`). A stage function is
@@ -74,7 +74,8 @@ from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
 from tracerl.training.stage import TrainEnv, run_train
 
-STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "curve", "eval", "report")
+STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "swe_rl", "curve", "eval", "report")
+BASELINES = ("grpo_target", "swe_rl")  # GRPO on the target at TRACE's rollout budget: its own reward, SWE-RL's
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
@@ -83,6 +84,7 @@ SECTIONS = {
     "train": ["seed", "model", "rollout", "train"],
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
     "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
+    "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],
     "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
@@ -139,10 +141,9 @@ class Pipeline:
         composed = [ws.composed(m) / "composition.json" for m in cfg.compose.modes]
         out.append(self.stage("compose", [*adapters, *(ws.env(c) for c in caps), ws.capabilities, ws.base_rollouts,
                                           ws.labels], composed + [ws.gate_summary]))
-        grpo = ws.baseline("grpo_target")
-        if cfg.baselines.grpo_target:
-            out.append(self.stage("grpo_target", [*adapters, ws.gate_summary, *target_files],
-                                  [grpo / ADAPTER_WEIGHTS, grpo / METRICS_FILE]))
+        for baseline in (b for b in BASELINES if getattr(cfg.baselines, b)):
+            out.append(self.stage(baseline, [*adapters, ws.gate_summary, *target_files],
+                                  [ws.baseline(baseline) / ADAPTER_WEIGHTS, ws.baseline(baseline) / METRICS_FILE]))
         if cfg.compose.modes:
             mode = trace_mode(cfg.compose.modes)
             out.append(self.stage("curve", [*self.composed_inputs(mode), ws.gate_summary, *target_files]
@@ -150,7 +151,7 @@ class Pipeline:
                                   [ws.curve_file]))
         for variant, inputs in self.variants().items():
             out.append(self.stage(f"eval:{variant}", [*inputs, *target_files], [ws.eval_result(variant)], variant))
-        metrics = [ws.adapter(c) / METRICS_FILE for c in caps] + [grpo / METRICS_FILE]
+        metrics = [ws.adapter(c) / METRICS_FILE for c in caps] + [ws.baseline(b) / METRICS_FILE for b in BASELINES]
         out.append(self.stage("report", [ws.config, ws.base_rollouts, ws.capabilities, ws.envs, ws.eval, ws.gate_summary,
                                          ws.curve_file, *metrics, *composed], [ws.report_html, ws.report_json]))
         return out
@@ -182,8 +183,8 @@ class Pipeline:
         variants: dict[str, list[Path | str]] = {"base": []}
         for mode in cfg.compose.modes:
             variants[COMPOSITION_MODES[mode].variant] = [*self.composed_inputs(mode), base]
-        if cfg.baselines.grpo_target:
-            variants["grpo_target"] = [ws.baseline("grpo_target") / ADAPTER_WEIGHTS, base]
+        for baseline in (b for b in BASELINES if getattr(cfg.baselines, b)):
+            variants[baseline] = [ws.baseline(baseline) / ADAPTER_WEIGHTS, base]
         if cfg.baselines.prompt_capabilities:
             variants["prompt_capabilities"] = [ws.capabilities, base]
         if cfg.baselines.single_adapters:
@@ -382,6 +383,17 @@ class StageFunctions:
         return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
                                    max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
 
+    def swe_rl(self, c: View) -> dict[str, Any]:
+        """SWE-RL's baseline: GRPO on the target's train split rewarded by the submitted patch's similarity
+        to the gold patch (the target's `reward="swe_rl"`), its checkpoints evaluated on the validation
+        episodes by the target's own reward, as GRPO-on-target's."""
+        train = target_factory(c.target.env, "train", {"reward": "swe_rl"})
+        train()  # a target without SWE-RL's reward fails here, in one line
+        env = TrainEnv(train, source=f"{c.target.env} (reward swe_rl)", name="swe_rl",
+                       make_eval=self.target_env(c, "train"))
+        return self._train_adapter(c, env, self.ws.baseline("swe_rl"), label="swe_rl",
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
+
     def curve(self, c: View) -> dict[str, Any]:
         mode = COMPOSITION_MODES[trace_mode(c.compose.modes)]
         gate = self.ws.gate_summary
@@ -416,9 +428,9 @@ class StageFunctions:
         mode = composition_mode_of_variant(variant)
         if mode is not None:
             return EvalVariant(variant, composed=self.ws.composed(mode.name), rollouts_used=self.trace_rollouts(c))
-        if variant == "grpo_target" or variant.startswith("adapter:"):
+        if variant in BASELINES or variant.startswith("adapter:"):
             name = variant.split(":", 1)[-1]
-            folder = self.ws.baseline("grpo_target") if variant == "grpo_target" else self.ws.adapter(name)
+            folder = self.ws.baseline(variant) if variant in BASELINES else self.ws.adapter(name)
             return EvalVariant(variant, adapters={name: folder},
                                rollouts_used=read_metrics(folder / METRICS_FILE)[-1].rollouts_used)
         if variant == "prompt_capabilities":

@@ -594,3 +594,29 @@ def test_report_renders_in_headless_chromium_without_console_errors(built, tmp_p
     assert render(chromium, ws / "report" / "index.html", screenshot, tmp_path / "profile") == []
     png = screenshot.read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 50_000  # a blank 1280×2000 page is ~10 KB
+
+
+def test_swe_rl_stands_beside_grpo_on_the_target(tmp_path):
+    """A code target's SWE-RL baseline: its validation checkpoints in the sample-efficiency section (the
+    same episodes as GRPO's), its test pass^1 and TRACE − SWE-RL in the headline and its answer."""
+    ws = make_workspace(tmp_path)
+    _write_rows(ws / "baselines" / "swe_rl" / "metrics.jsonl", metrics_rows(10, 0.33, 0.36))
+    per_task = {t: float(t in PASSES["base"] | {"test_2"}) for t in TASKS}  # TRACE passes test_2, test_10, test_11 more
+    pass1 = bootstrap_mean(list(per_task.values()))
+    base_per_task = {t: float(t in PASSES["base"]) for t in TASKS}
+    EvalResult(variant="swe_rl", pass1=pass1, pass_k={"1": pass1.mean}, diff_vs_base=paired_difference(per_task, base_per_task),
+               rollouts_used=2120, n_tasks=len(TASKS), trials=1, mean_reward=pass1.mean, failures_by_capability={},
+               per_task=per_task).write(ws / "eval" / "swe_rl.json")
+    summary = summary_of(ws)
+    se = summary["sample_efficiency"]
+    # steps 0, 5, 10 → 0.33, 0.3435, 0.357 of 32 episodes: 11, 11, 11 passed
+    assert [(p["step"], p["rollouts"], p["passed"], p["episodes"]) for p in se["swe_rl"]] == [
+        (0, 0, 11, 32), (5, 320, 11, 32), (10, 640, 11, 32)]
+    assert set(se["test"]) == {"base", "trace_moe", "grpo_target", "swe_rl"} and "swe_rl" in se["best"]
+    headline = summary["headline"]
+    assert headline["swe_rl"]["rollouts_used"] == 2120
+    assert headline["trace_vs_swe_rl"]["mean"] == pytest.approx(2 / 12)  # test_10 and test_11
+    assert "SWE-RL at 41.7%" in headline["answer"] and headline["answer"].endswith("all with 2,120 training rollouts.")
+    assert list(summary["evaluation"]).index("swe_rl") == list(summary["evaluation"]).index("grpo_target") + 1
+    page = page_of(ws)
+    assert "SWE-RL (same budget)" in page and "TRACE − SWE-RL" in page and "<td>SWE-RL</td>" in page

@@ -6,13 +6,20 @@ import pytest
 import torch
 
 from tracerl.cli import main
+from tracerl.envs.airline import AirlineEnv
+from tracerl.envs.airline.reference import scripted_policy_from_spec
+from tracerl.envs.runner import Episode, rollout
 from tracerl.models.build_agent import (AgentRecipe, _collate, answered_value_examples, build_agent, collect_demonstrations,
                                         conversation_texts, copied_values, copy_drills, drill_conversations, drill_kinds,
                                         exact_final_turns, final_turn_start, id_read_drills, is_drill_step, length_grouped_batches,
-                                        said_value_drills, sft_example, shared_prefix_loss, train_sft)
+                                        load_recipe, said_value_drills, sft_example, shared_prefix_loss, train_sft)
+from tracerl.commands.build_agent import SHIPPED_RECIPE
 from tracerl.models.chat import ChatFormat
 from tracerl.models.generation import shared_prefix_length
 from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
+
+
+KINDS = {t.name: t.kind for t in AirlineEnv().tools}
 
 
 @pytest.fixture(scope="module")
@@ -87,16 +94,53 @@ def test_a_tiny_build_end_to_end(tmp_path):
     assert len(tok.encode("437")) == 1 and model.config.vocab_size == len(tok)  # number tokens saved with it
 
 
-def test_build_agent_bad_input_exits_2(capsys):
-    assert main(["build-agent", "--policy", "oracle"]) == 2
-    assert "flawed reference policy" in capsys.readouterr().err
-    assert main(["build-agent", "--steps", "0"]) == 2
-    assert main(["build-agent", "--number-digits", "4"]) == 2
-    assert "--number-digits must be 1, 2 or 3" in capsys.readouterr().err
-    assert main(["build-agent", "--hinted-share", "1.5"]) == 2
-    assert "--hinted-share must be between 0 and 1" in capsys.readouterr().err
-    assert main(["build-agent", "--cite-values"]) == 2
-    assert "--cite-values needs --rule-check" in capsys.readouterr().err
+def test_the_shipped_build_json_is_the_recipe_that_rebuilds_it():
+    """`--recipe build.json` gives exactly the recipe the shipped agent was built with: every field its
+    build.json records, each the same value, and the options its recorded command set (the flags were
+    renamed copies of these fields; the others kept their defaults, warm-up min(30, steps / 10) = 30)."""
+    saved = json.loads(SHIPPED_RECIPE.read_text())
+    recipe = load_recipe(SHIPPED_RECIPE)
+    assert saved["command"] == ("tracerl build-agent --out /work/agent_runs/v42 --seed 1 --threads 1 --json-keys "
+                                "--untied-embeddings --rule-check --cite-values --hinted-share 0.25")
+    assert {k: v for k, v in recipe.model_dump().items() if k in saved["recipe"]} == saved["recipe"]
+    assert set(recipe.model_dump()) - set(saved["recipe"]) == {"domain"} and recipe.domain == "airline"
+    assert recipe == AgentRecipe(seed=1, num_threads=1, json_keys=True, tie_embeddings=False, rule_check=True,
+                                 cite_values=True, hinted_share=0.25)
+    assert load_recipe(SHIPPED_RECIPE) == AgentRecipe.model_validate(saved["recipe"])  # a bare recipe file reads alike
+
+
+def test_the_teacher_plays_the_demonstrations_the_airline_policy_played():
+    """The builder reaches the domain through its teacher only, and gets the same episodes as from the
+    domain's own policy and environment (the hinted draw seeded as before)."""
+    recipe = load_recipe(SHIPPED_RECIPE)
+    import random
+
+    rng = random.Random(f"tracerl-hinted-{recipe.seed}")
+    episodes = [Episode(seed=s, options={"hint": True} if rng.random() < recipe.hinted_share else {}) for s in range(8)]
+    direct = rollout(lambda: AirlineEnv(split="train"), scripted_policy_from_spec(
+        recipe.policy, seed=recipe.seed, rule_check=True, cite_values=True), episodes)
+    assert collect_demonstrations(recipe, range(8)) == direct
+    assert recipe.teacher().seeds("test", 2) == [1_000_000, 1_000_001]
+
+
+def test_build_agent_bad_input_exits_2(capsys, tmp_path):
+    def bad(**fields):
+        path = tmp_path / "recipe.json"
+        path.write_text(json.dumps(fields))
+        return ["build-agent", "--recipe", str(path)]
+
+    assert main(bad(policy="oracl")) == 2
+    assert "teacher of 'airline'" in capsys.readouterr().err
+    assert main(bad(max_steps=0)) == 2
+    assert main(bad(number_digits=4)) == 2
+    assert "number_digits" in capsys.readouterr().err
+    assert main(bad(hinted_share=1.5)) == 2
+    assert main(bad(cite_values=True)) == 2
+    assert "cite_values needs rule_check" in capsys.readouterr().err
+    assert main(bad(domain="code", rule_check=True)) == 2
+    assert "take no option rule_check" in capsys.readouterr().err
+    assert main(bad(steps=10)) == 2
+    assert "steps" in capsys.readouterr().err  # an unknown field (the old flag's name) is refused
     assert main(["build-agent", "--device", "teapot"]) == 2
     assert "not a torch device" in capsys.readouterr().err
 
@@ -135,17 +179,12 @@ def test_copy_drills_end_with_a_turn_that_copies_a_value_from_the_conversation(d
             assert any(value in earlier for _, value in copied_values(d.messages[-1]))
 
 
-def test_a_compensation_check_is_drilled_with_said_words_from_the_user_record_it_cites():
+def test_a_compensation_check_that_cites_words_only_is_not_drilled():
     recipe = AgentRecipe(seed=1, rule_check=True, cite_values=True, hinted_share=1.0)
     demo = next(t for t in collect_demonstrations(recipe, range(60))
                 if any(m.role == "assistant" and "silver or gold (" in (m.content or "") for m in t.messages))
     check = next(m for m in demo.messages if m.role == "assistant" and "silver or gold (" in (m.content or ""))
-    assert not [d for d in copy_drills(demo) if d.messages[-1] == check]  # it cites words only
-    [drill] = [d for d in copy_drills(demo, said_words=True) if d.messages[-1] == check]
-    membership = json.loads(next(m.content for m in demo.messages if m.role == "tool" and '"membership"' in m.content))["membership"]
-    assert f"silver or gold ({membership})" in check.content
-    # from the user's answer with the id: the user record it reads is the third message
-    assert [m.role for m in drill.messages[:3]] == ["user", "assistant", "tool"] and '"membership"' in drill.messages[2].content
+    assert not [d for d in copy_drills(demo) if d.messages[-1] == check]
 
 
 CHANGE = "I will change this reservation to flight"
@@ -204,7 +243,7 @@ def test_answered_values_are_the_payment_and_the_date_the_user_gave_when_asked()
     marked, answers = [], []
     for t in demos:
         drills = copy_drills(t)
-        for ids, mask in answered_value_examples(chat, tokenizer, drills):
+        for ids, mask in answered_value_examples(chat, tokenizer, drills, KINDS):
             assert len(ids) == len(mask) and mask[-1] == 1
             marked.append(tokenizer.decode([i for i, m in zip(ids, mask) if m]))
         answers += [m.content for d in drills for m in d.messages[-2:-1] if m.role == "user"]
@@ -256,7 +295,7 @@ def test_exact_final_turns_judges_only_the_last_assistant_turn():
 
 def test_id_read_drills_end_with_a_read_of_ids(demos):
     drills = [d for t in demos for d in copy_drills(t)]
-    reads = id_read_drills(drills)
+    reads = id_read_drills(drills, KINDS)
     names = {c.function.name for d in reads for c in d.messages[-1].tool_calls}
     assert names == {"get_user_details", "get_reservation_details"}
     searches = [d for d in drills if d.messages[-1].tool_calls and d.messages[-1].tool_calls[0].function.name == "search_direct_flight"]
@@ -269,7 +308,7 @@ def test_said_value_drills_end_with_a_text_saying_a_value_read_in_a_tool_result(
     said = said_value_drills(copy_drills(demo))
     assert said and all(not d.messages[-1].tool_calls and d.messages[-1].content for d in said)
     assert any(CHANGE in d.messages[-1].content for d in said)
-    kinds = drill_kinds(copy_drills(demo))
+    kinds = drill_kinds(copy_drills(demo), KINDS)
     assert kinds.count("said value") == len(said) and "id read" in kinds and "update_reservation_flights" in kinds
 
 
@@ -294,3 +333,12 @@ def test_drills_go_on_until_the_drill_check_passes(checks, extra_max, steps, che
     history = train_sft(model, [example], recipe, 0, drills=[example], log=lambda _: None, drill_check=drill_check)
     assert history["steps"] == steps == len(history["losses"])
     assert [c["step"] for c in history["drill_checks"]] == checked_at
+
+
+def test_the_code_agents_recipe_reaches_the_code_domain_through_its_teacher():
+    from pathlib import Path
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "configs" / "tiny-code-agent.json")
+    teacher = recipe.teacher()
+    assert teacher.domain == "code" and teacher.seeds("test", 1) == [1_000_000]
+    assert teacher.tool_kinds() == {"bash": "write", "search_dir": "read", "str_replace_editor": "write", "submit": "write"}

@@ -22,7 +22,7 @@ from tracerl.pipeline import SECTIONS, Pipeline
 from tracerl.stages import Stage, View, fingerprint, is_complete
 
 CAPS = ["cap_a", "cap_b"]
-CONFIG = {"baselines": {"single_adapters": True}}  # every kind of stage present
+CONFIG = {"baselines": {"single_adapters": True, "swe_rl": True}}  # every kind of stage present
 
 
 def leaf_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

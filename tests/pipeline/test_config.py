@@ -103,3 +103,16 @@ def test_file_paths_absolute_stay_and_relative_are_the_configs(tmp_path):
     config = load_run_config(path)
     assert config.target.tools == str(tools)
     assert config.select.capabilities == str(tmp_path / "sub" / "caps.yaml")
+
+
+def test_the_code_demo_config_runs_every_baseline_on_the_code_target(tmp_path):
+    from pathlib import Path
+
+    from tracerl.config import load_run_config
+    from tracerl.pipeline import Pipeline
+
+    config = load_run_config(Path(__file__).resolve().parents[2] / "configs" / "code-demo.yaml")
+    assert config.target.env == "code" and config.baselines.swe_rl and config.baselines.grpo_target
+    pipeline = Pipeline(config, tmp_path)
+    assert {"grpo_target", "swe_rl"} <= {s.name for s in pipeline.stages()}
+    assert list(pipeline.variants()) == ["base", "trace_router", "grpo_target", "swe_rl"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tracerl.envs.synthetic.confine import REQUIRED
+from tracerl.core.confine import REQUIRED
 from tracerl.envs.synthetic.sandbox import kernel_confinement
 from tracerl.synthesis.llm import EXAMPLE_MODULE
 

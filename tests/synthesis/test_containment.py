@@ -24,7 +24,7 @@ from tracerl.core.io import read_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.contracts import EnvSpec
 from tracerl.envs.synthetic.checks import play
-from tracerl.envs.synthetic.confine import REQUIRED
+from tracerl.core.confine import REQUIRED
 from tracerl.envs.synthetic.envdir import load_env_dir, write_env_dir
 from tracerl.envs.synthetic.sandbox import (
     ALLOW_UNCONFINED,
@@ -268,7 +268,7 @@ def test_seccomp_alone_refuses_sockets_and_processes(tmp_path, listeners):
     code = textwrap.dedent(f"""
         import os, socket, sys
         from pathlib import Path
-        from tracerl.envs.synthetic.confine import confine
+        from tracerl.core.confine import confine
         layers = confine(Path({str(folder)!r}))
         if "seccomp" not in layers: print("unavailable"); sys.exit(0)
         out = []

@@ -7,7 +7,7 @@ import pytest
 import synthesis_cases as cases
 from synthesis_cases import needs_confinement
 
-from tracerl.envs.synthetic.confine import REQUIRED
+from tracerl.core.confine import REQUIRED
 from tracerl.synthesis.llm import check_module_source
 from tracerl.synthesis.sandbox import SandboxLimits, network_namespace_available
 
@@ -137,7 +137,7 @@ def test_landlock_alone_confines_writes(tmp_path):
     code = (
         "import sys, os\n"
         "from pathlib import Path\n"
-        "from tracerl.envs.synthetic.confine import interpreter_paths, landlock\n"
+        "from tracerl.core.confine import interpreter_paths, landlock\n"
         f"layers = landlock(Path({str(inside)!r}), interpreter_paths())\n"
         "if not layers: print('unavailable'); sys.exit(0)\n"
         f"open({str(inside / 'ok.txt')!r}, 'w').write('fine')\n"

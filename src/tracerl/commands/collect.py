@@ -1,4 +1,5 @@
-"""Environment commands: `tracerl collect` (roll a policy out) and `tracerl show` (summarise rollouts)."""
+"""Environment commands: `tracerl collect` (roll a policy out), `tracerl show` (summarise rollouts) and
+`tracerl predictions` (a run's patches as SWE-bench predictions)."""
 
 from __future__ import annotations
 
@@ -110,7 +111,26 @@ def show(
         print_summary(summary, Console())
 
 
+def predictions(
+    rollouts: Path = typer.Argument(..., help="Rollouts of the code domain (JSONL, e.g. a run's eval/<variant>.jsonl) "
+                                    "or a folder of SWE-bench agent trajectories with their reports."),
+    out: Path = typer.Option(Path("predictions.jsonl"), "--out", help="Where to write SWE-bench's predictions JSONL."),
+    model: str = typer.Option("tracerl", "--model", help="model_name_or_path of every prediction."),
+) -> None:
+    """Write a run's patches as SWE-bench predictions (instance_id, model_name_or_path, model_patch), the
+    input of `python -m swebench.harness.run_evaluation --predictions_path OUT`."""
+    from tracerl.envs.loading import load_rollouts
+    from tracerl.envs.swebench import write_predictions
+
+    count = write_predictions(load_rollouts(rollouts), out, model)
+    if count == 0:
+        raise InputError("no rollout carries an instance_id and a model_patch (code-domain or SWE-bench rollouts)",
+                         path=str(rollouts))
+    Console().print(f"predictions: {count} → {out}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the `tracerl` app."""
     app.command("collect")(collect)
     app.command("show")(show)
+    app.command("predictions")(predictions)

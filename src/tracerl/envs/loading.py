@@ -1,6 +1,7 @@
 """`load_rollouts`: the one reader every command that takes rollouts uses.
 
-It accepts our JSONL (one `Trajectory` per line) or a τ²-bench results JSON, told apart by
+It accepts a folder of SWE-bench agent trajectories with their evaluation reports
+(`tracerl.envs.swebench`), our JSONL (one `Trajectory` per line) or a τ²-bench results JSON, told apart by
 content, not by file name: a file whose first non-blank line is a complete JSON object is JSONL,
 unless that object is itself a τ²-bench results document (a results file written on one line);
 anything else is read as one JSON document and must be a τ²-bench results file.
@@ -17,6 +18,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.io import describe_validation_error, parse_json, read_text
 from tracerl.core.tools import ToolSchema, load_tools_json
 from tracerl.core.trajectory import Trajectory
+from tracerl.envs.swebench import is_swebench_folder, load_swebench
 from tracerl.envs.tau2 import is_tau2_results, tau2_trajectories
 
 
@@ -28,6 +30,8 @@ def load_rollouts(path: str | Path, tools: list[ToolSchema] | str | Path | None 
     an empty `tools` list. Bad input raises a one-line `InputError` naming the file and line.
     """
     path = Path(path)
+    if is_swebench_folder(path):  # agent trajectories with their SWE-bench reports (tracerl.envs.swebench)
+        return load_swebench(path)
     schemas = load_tools_json(tools) if isinstance(tools, (str, Path)) else tools
     text = read_text(path)
     lines = text.splitlines()

@@ -1,7 +1,7 @@
 """Environments by name: the built-in domains, installed packages' entry points, and any
 `package.module:factory` a user names.
 
-    make_env("airline", split="test")             a built-in domain
+    make_env("airline", split="test")             a built-in domain ("airline", "code")
     make_env("tau2:retail", user={…})             τ²-bench's own domain, played live (`tracerl.envs.tau2_live`)
     make_env("mypkg.envs:make_env", split="train")  a user's factory, imported by its module path
     make_env("myenv")                             an entry point of the group `tracerl.envs` (an installed
@@ -11,6 +11,11 @@ A factory is called with the keyword options the caller gives (the pipeline give
 "train", "test" or None) and must return an `Env`. `register_env(name, factory)` adds one by name
 from code. Every problem — an unknown name, a module that does not import, a factory that raises or
 returns something else — is one `InputError` line (exit code 2 from the CLI).
+
+`capability_envs(domain)` gives the capability environments a built-in domain brings for synthesis
+(the code domain's: its own classes on its tools and tasks, not built on tool families);
+`make_teacher(domain, policy, **options)` a domain's teacher for an agent builder
+(`tracerl.envs.teacher.Teacher`).
 
 This module is the one place that names particular domains.
 """
@@ -25,11 +30,14 @@ from typing import Any
 from tracerl.core.errors import InputError
 from tracerl.envs.base import Env
 from tracerl.envs.tau2_live import make_tau2_env
+from tracerl.envs.teacher import Teacher
 
 EnvFactory = Callable[..., Env]
 ENTRY_POINT_GROUP = "tracerl.envs"
 # name -> "module:attribute" of its factory, imported when first made
-BUILTIN_ENVS: dict[str, str] = {"airline": "tracerl.envs.airline:AirlineEnv"}
+BUILTIN_ENVS: dict[str, str] = {"airline": "tracerl.envs.airline:AirlineEnv", "code": "tracerl.envs.code:CodeEnv"}
+# name -> "module:attribute" of its capability environments ({capability: class(target, difficulty=…, max_turns=…)})
+BUILTIN_CAPABILITY_ENVS: dict[str, str] = {"code": "tracerl.envs.code.capabilities:CAPABILITY_ENVS"}
 _REGISTERED: dict[str, EnvFactory] = {}
 
 
@@ -52,6 +60,13 @@ def available_envs() -> dict[str, str]:
 
 
 def _import_factory(target: str, spec: str) -> EnvFactory:
+    factory = _import_attribute(target, spec)
+    if not callable(factory):
+        raise InputError(f"environment '{spec}': '{target}' is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _import_attribute(target: str, spec: str) -> Any:
     module_name, _, attribute = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -62,9 +77,7 @@ def _import_factory(target: str, spec: str) -> EnvFactory:
         factory = getattr(factory, part, None)
         if factory is None:
             raise InputError(f"environment '{spec}': module '{module_name}' has no '{attribute}'")
-    if not callable(factory):
-        raise InputError(f"environment '{spec}': '{target}' is not callable")
-    return factory  # type: ignore[return-value]
+    return factory
 
 
 def env_factory(spec: str) -> EnvFactory:
@@ -96,3 +109,23 @@ def make_env(spec: str, **options: Any) -> Env:
     if not isinstance(env, Env):
         raise InputError(f"environment '{spec}': the factory returned {type(env).__name__}, not a tracerl.envs.base.Env")
     return env
+
+
+def capability_envs(domain: str | None = None) -> dict[str, Callable[..., Env]]:
+    """The capability environments a built-in domain provides for synthesis, by capability name (every
+    domain's when `domain` is None; none for a domain without its own), each called as
+    `cls(target, difficulty=…, max_turns=…)`."""
+    found: dict[str, Callable[..., Env]] = {}
+    for name, target in BUILTIN_CAPABILITY_ENVS.items():
+        if domain is None or domain == name:
+            found.update(_import_attribute(target, name))
+    return found
+
+
+def make_teacher(domain: str, policy: str, **options: Any) -> Teacher:
+    """`domain`'s teacher playing its reference policy `policy` with `options` (an agent builder's
+    demonstrations). An unknown domain, spec or option is one `InputError` line."""
+    try:
+        return Teacher(domain, lambda split: make_env(domain, split=split), policy, dict(options))
+    except ValueError as e:
+        raise InputError(f"teacher of '{domain}': {e}") from None

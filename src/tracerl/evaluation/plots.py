@@ -25,6 +25,7 @@ COLORS = {
     "base": "#868e96",
     "prompt_capabilities": "#2f9e44",
     "grpo_target": "#1971c2",
+    "swe_rl": "#0c8599",
     "adapter": "#b197fc",
     "trace_router": "#f08c00",
     "trace_moe": "#e8590c",
@@ -154,7 +155,7 @@ def training_plot(curve: TrainingCurve) -> bytes:
         ax.set_xlim(min(x), max(max(x), min(x) + 1))
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("rollouts consumed")
-        ax.set_title("GRPO on the target (baseline)" if curve.name == "grpo_target" else curve.name)
+        ax.set_title({"grpo_target": "GRPO on the target (baseline)", "swe_rl": "SWE-RL (baseline)"}.get(curve.name, curve.name))
         ax.legend(fontsize=8, loc="lower right")
         return _png(fig)
 
@@ -195,7 +196,7 @@ def evaluation_plot(evaluation: dict[str, EvalResult]) -> bytes:
 
 
 def sample_efficiency_plot(se: SampleEfficiency, trace_variant: str | None) -> bytes:
-    """Left: validation pass rate against rollouts consumed, TRACE and GRPO on the target on the same
+    """Left: validation pass rate against rollouts consumed, TRACE and GRPO on the target (and SWE-RL) on the same
     episodes, each point with its 95% interval, the base's band across. Right: pass^1 on the test tasks
     at each one's final budget, with its 95% interval."""
     panels = 2 if se.test else 1
@@ -206,6 +207,7 @@ def sample_efficiency_plot(se: SampleEfficiency, trace_variant: str | None) -> b
             ax.axhspan(se.base.interval.low * 100, se.base.interval.high * 100, color=COLORS["base"], alpha=0.15, lw=0)
             ax.axhline(se.base.interval.mean * 100, color=COLORS["base"], ls=":", lw=1.2, label="base (step 0)")
         for points, label, color, marker in ((se.grpo_target, "GRPO on target", COLORS["grpo_target"], "s"),
+                                             (se.swe_rl, "SWE-RL", COLORS["swe_rl"], "D"),
                                              (se.trace, "TRACE", COLORS["accent"], "o")):
             if not points:
                 continue

@@ -19,7 +19,8 @@ from tracerl.evaluation.report_html import render_html
 REPORT_DIR = "report"
 # For the stage cache: what the report reads (files or folders, workspace-relative) and what it writes.
 REPORT_INPUTS = ("config.yaml", "rollouts/base.jsonl", "capabilities.json", "envs", "adapters",
-                 "baselines/grpo_target/metrics.jsonl", "eval", "composed/composition.json")
+                 "baselines/grpo_target/metrics.jsonl", "baselines/swe_rl/metrics.jsonl", "eval",
+                 "composed/composition.json")
 REPORT_OUTPUTS = ("report/index.html", "report/report.json")
 
 
@@ -45,8 +46,9 @@ def draw_figures(data: ReportData) -> dict[str, bytes]:
             figures["calibration"] = png
     for name, curve in data.training.items():
         figures[f"train:{name}"] = plots.training_plot(curve)
-    if data.grpo_training is not None:
-        figures["train:grpo_target"] = plots.training_plot(data.grpo_training)
+    for curve in (data.grpo_training, data.swe_rl_training):
+        if curve is not None:
+            figures[f"train:{curve.name}"] = plots.training_plot(curve)
     if data.evaluation:
         figures["evaluation"] = plots.evaluation_plot(data.evaluation)
     if data.sample_efficiency is not None:

@@ -47,7 +47,7 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.stats import paired_difference, wilson_interval
 
 # Display order of the evaluation variants; `adapter:<capability>` ones go after the baselines.
-VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "adapter:", "trace_merge", "trace_router", "trace_moe")
+VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "swe_rl", "adapter:", "trace_merge", "trace_router", "trace_moe")
 EXAMPLES_SHOWN = 2
 
 
@@ -89,6 +89,7 @@ class ReportData(BaseModel):
     training: dict[str, TrainingCurve] = Field(default_factory=dict)  # capability → curve
     trained_rejected: list[str] = Field(default_factory=list)  # adapters trained on an environment calibration rejected
     grpo_training: TrainingCurve | None = None
+    swe_rl_training: TrainingCurve | None = None  # SWE-RL's baseline (a code target's `baselines.swe_rl`)
     evaluation: dict[str, EvalResult] = Field(default_factory=dict)  # variant → figures, display order
     composition: CompositionSpec | None = None
     routing_accuracy: float | None = None
@@ -96,6 +97,7 @@ class ReportData(BaseModel):
     sample_efficiency: SampleEfficiency | None = None
     trace_variant: str | None = None
     trace_vs_grpo: Interval | None = None  # paired difference over tasks, TRACE − GRPO-on-target
+    trace_vs_swe_rl: Interval | None = None  # … TRACE − SWE-RL
     examples: list[Example] = Field(default_factory=list)
     missing: dict[str, str] = Field(default_factory=dict)  # section → why it is empty
 
@@ -132,6 +134,7 @@ class ReportData(BaseModel):
 
         headline = Headline(trace=entry(self.trace_variant), base=entry("base"), grpo_target=entry("grpo_target"),
                             prompt_capabilities=entry("prompt_capabilities"), trace_vs_grpo_target=self.trace_vs_grpo,
+                            swe_rl=entry("swe_rl"), trace_vs_swe_rl=self.trace_vs_swe_rl,
                             routing_accuracy=self.routing_accuracy)
         headline.answer = answer(headline)
         headline.notes = headline_notes(self)
@@ -141,6 +144,8 @@ class ReportData(BaseModel):
         curves = dict(self.training)
         if self.grpo_training is not None:
             curves["grpo_target"] = self.grpo_training
+        if self.swe_rl_training is not None:
+            curves["swe_rl"] = self.swe_rl_training
         return curves
 
 
@@ -148,8 +153,8 @@ def answer(headline: Headline) -> str | None:
     """Does TRACE help here, by how much, at what budget — from the paired differences' 95% intervals.
 
     "Yes" when the interval of TRACE − base lies above 0, "No, it does worse" below 0, "Not shown"
-    when it holds 0; the comparison with GRPO on the target (rollouts counted the same way) follows
-    when it was run.
+    when it holds 0; the comparisons with GRPO on the target and with SWE-RL (rollouts counted the same
+    way) follow when they were run.
     """
     trace, base = headline.trace, headline.base
     if trace is None or base is None or trace.diff_vs_base is None:
@@ -159,15 +164,19 @@ def answer(headline: Headline) -> str | None:
     name = trace.variant.replace("trace_", "")
     text = (f"Does TRACE help here? {verdict}: TRACE ({name}) passes {pct(trace.pass1.mean)} of the held-out tasks, "
             f"the base agent {pct(base.pass1.mean)} ({_points(d)})")
-    g = headline.trace_vs_grpo_target
-    if headline.grpo_target is not None and g is not None:
-        than = "better than" if g.low > 0 else "worse than" if g.high < 0 else "no different from"
-        text += (f"; {than} GRPO on the target at {pct(headline.grpo_target.pass1.mean)} ({_points(g)})")
-        if headline.grpo_target.rollouts_used != trace.rollouts_used:
-            return text + (f"; TRACE used {trace.rollouts_used:,} training rollouts, GRPO "
-                           f"{headline.grpo_target.rollouts_used:,}.")
-        return text + f"; both with {trace.rollouts_used:,} training rollouts."
-    return text + f", with {trace.rollouts_used:,} training rollouts."
+    compared = []  # (name, rollouts) of the baselines compared
+    for label, e, diff in (("GRPO on the target", headline.grpo_target, headline.trace_vs_grpo_target),
+                           ("SWE-RL", headline.swe_rl, headline.trace_vs_swe_rl)):
+        if e is not None and diff is not None:
+            than = "better than" if diff.low > 0 else "worse than" if diff.high < 0 else "no different from"
+            text += f"; {than} {label} at {pct(e.pass1.mean)} ({_points(diff)})"
+            compared.append((label.split()[0], e.rollouts_used))
+    if not compared:
+        return text + f", with {trace.rollouts_used:,} training rollouts."
+    if any(used != trace.rollouts_used for _, used in compared):
+        return text + (f"; TRACE used {trace.rollouts_used:,} training rollouts, "
+                       + ", ".join(f"{label} {used:,}" for label, used in compared) + ".")
+    return text + f"; {'both' if len(compared) == 1 else 'all'} with {trace.rollouts_used:,} training rollouts."
 
 
 def headline_notes(data: ReportData) -> list[str]:
@@ -187,7 +196,7 @@ def headline_notes(data: ReportData) -> list[str]:
         if not c.selected and c.note:
             notes.append(f"{c.name} passed selection's thresholds but was left out: {c.note}.")
     se = data.sample_efficiency
-    for name, label in (("grpo_target", "GRPO on the target"), ("trace", "TRACE")):
+    for name, label in (("grpo_target", "GRPO on the target"), ("swe_rl", "SWE-RL"), ("trace", "TRACE")):
         best = se.best.get(name) if se else None
         if best is not None and best.beats_last:
             notes.append(f"{label}'s best validation checkpoint (step {best.step}, {pct(best.success)}) beats its last "
@@ -281,6 +290,9 @@ def _read_training(ws: Path, data: ReportData) -> None:
     grpo = ws / "baselines" / "grpo_target" / "metrics.jsonl"
     if grpo.is_file():
         data.grpo_training = _read_curve(ws, grpo, "grpo_target")
+    swe_rl = ws / "baselines" / "swe_rl" / "metrics.jsonl"
+    if swe_rl.is_file():
+        data.swe_rl_training = _read_curve(ws, swe_rl, "swe_rl")
 
 
 def _read_curve(ws: Path, path: Path, name: str) -> TrainingCurve | None:
@@ -307,6 +319,9 @@ def _read_evaluation(ws: Path, data: ReportData) -> None:
     grpo = data.evaluation.get("grpo_target")
     if trace and grpo and set(trace.per_task) & set(grpo.per_task):
         data.trace_vs_grpo = paired_difference(trace.per_task, grpo.per_task, seed=0)
+    swe_rl = data.evaluation.get("swe_rl")
+    if trace and swe_rl and set(trace.per_task) & set(swe_rl.per_task):
+        data.trace_vs_swe_rl = paired_difference(trace.per_task, swe_rl.per_task, seed=0)
 
 
 def _read_composition(ws: Path, data: ReportData) -> None:
@@ -339,28 +354,37 @@ def _read_sample_efficiency(ws: Path, data: ReportData) -> None:
         notes.append(f"TRACE: {curve.note}")
     trace = [EfficiencyPoint(step=p.step, rollouts=p.rollouts, passed=p.passed, episodes=p.episodes,
                              interval=wilson_interval(p.passed, p.episodes)) for p in curve.points] if curve else []
-    grpo = []
-    for r in data.grpo_training.rows if data.grpo_training is not None else []:
-        if r.eval_success is not None and r.eval_episodes:
-            passed = round(r.eval_success * r.eval_episodes)
-            grpo.append(EfficiencyPoint(step=r.step, rollouts=r.rollouts_used, passed=passed, episodes=r.eval_episodes,
-                                        interval=wilson_interval(passed, r.eval_episodes)))
+    grpo, swe_rl = _validation_points(data.grpo_training), _validation_points(data.swe_rl_training)
     if data.grpo_training is not None and not grpo:
         notes.append("GRPO on the target logged no validation episodes")
+    if data.swe_rl_training is not None and not swe_rl:
+        notes.append("SWE-RL logged no validation episodes")
     if not trace and not grpo:
         data.missing["sample_efficiency"] = "; ".join(notes) or "no curve measured yet"
         return
     base = next((p for p in grpo + trace if p.step == 0), None)
-    tests = {v: e for v in ("base", data.trace_variant, "grpo_target") if v and (e := data.evaluation.get(v))}
+    tests = {v: e for v in ("base", data.trace_variant, "grpo_target", "swe_rl") if v and (e := data.evaluation.get(v))}
     episodes = (grpo or trace)[0].episodes
     start = curve.eval_seed_start if curve else None
     where = f" (seeds {start}–{start + episodes - 1})" if start is not None else ""
     data.sample_efficiency = SampleEfficiency(
         episodes=f"{episodes} held-out tasks of the target's train split{where}, greedy, none of them trained on",
-        base=base, trace=trace, grpo_target=grpo,
-        best={name: best_checkpoint(points) for name, points in (("trace", trace), ("grpo_target", grpo)) if points},
+        base=base, trace=trace, grpo_target=grpo, swe_rl=swe_rl,
+        best={name: best_checkpoint(points) for name, points in (("trace", trace), ("grpo_target", grpo),
+                                                                  ("swe_rl", swe_rl)) if points},
         test={v: e.pass1 for v, e in tests.items()}, test_tasks=max((e.n_tasks for e in tests.values()), default=0),
         note="; ".join(notes) or None)
+
+
+def _validation_points(curve: TrainingCurve | None) -> list[EfficiencyPoint]:
+    """A GRPO baseline's checkpoints on the validation episodes (its metrics' eval_success rows)."""
+    points = []
+    for r in curve.rows if curve is not None else []:
+        if r.eval_success is not None and r.eval_episodes:
+            passed = round(r.eval_success * r.eval_episodes)
+            points.append(EfficiencyPoint(step=r.step, rollouts=r.rollouts_used, passed=passed, episodes=r.eval_episodes,
+                                          interval=wilson_interval(passed, r.eval_episodes)))
+    return points
 
 
 def best_checkpoint(points: list[EfficiencyPoint]) -> BestCheckpoint:

@@ -211,12 +211,18 @@ def _headline(data: ReportData) -> str:
     grpo = ev.get("grpo_target")
     if trace is not None and grpo is not None and grpo.rollouts_used != trace.rollouts_used:
         grpo_extra.append(f'<span class="down">budget differs from TRACE\'s ({trace.rollouts_used:,})</span>')
+    swe_rl_extra = [f"TRACE − SWE-RL: {_signed(data.trace_vs_swe_rl)}"] if data.trace_vs_swe_rl else []
+    swe_rl = ev.get("swe_rl")
+    if trace is not None and swe_rl is not None and swe_rl.rollouts_used != trace.rollouts_used:
+        swe_rl_extra.append(f'<span class="down">budget differs from TRACE\'s ({trace.rollouts_used:,})</span>')
     cards = [
         _variant_card(trace_label, trace, trace=True),
         _variant_card("Base model", ev.get("base")),
         _variant_card("GRPO on target (same budget)", ev.get("grpo_target"), extra=grpo_extra),
         _variant_card("Prompt with capabilities", ev.get("prompt_capabilities")),
     ]
+    if "swe_rl" in ev:  # a code target's SWE-RL baseline (GRPO with the patch-similarity reward, same budget)
+        cards.insert(3, _variant_card("SWE-RL (same budget)", ev["swe_rl"], extra=swe_rl_extra))
     if data.composition is not None:
         cards.append(_routing_card(data))
     note = "" if ev else _missing(data, "evaluation", "the eval stage has not run yet.")
@@ -323,7 +329,7 @@ def _training(data: ReportData, figures: dict[str, bytes]) -> str:
             "environment (one LoRA adapter each): group reward and held-out success against rollouts consumed. An "
             "adapter's held-out success is on its own environment's held-out seeds; GRPO on the target's, on the "
             "validation tasks of the target's train split.</p>")
-    curves = list(data.training.values()) + ([data.grpo_training] if data.grpo_training else [])
+    curves = list(data.training.values()) + [c for c in (data.grpo_training, data.swe_rl_training) if c]
     if not data.training:
         head += _missing(data, "training", "the train stage has not run yet.")
     if not curves:
@@ -334,14 +340,18 @@ def _training(data: ReportData, figures: dict[str, bytes]) -> str:
     return head + f'<div class="grid">{"".join(items)}</div></section>'
 
 
+BASELINE_LABELS = {"grpo_target": "GRPO on the target environment (baseline)",
+                   "swe_rl": "SWE-RL: GRPO on the target with the patch-similarity reward (baseline)"}
+
+
 def _curve_caption(c: TrainingCurve) -> str:
     f = c.final()
-    label = "GRPO on the target environment (baseline)" if c.name == "grpo_target" else esc(c.name)
+    label = BASELINE_LABELS.get(c.name, esc(c.name))
     parts = [f"<b>{label}</b>", f"{f.rollouts_used:,} rollouts in {f.steps} steps"]
     if f.reward_mean is not None:
         parts.append(f"final train reward {f.reward_mean:.2f}")
     if f.eval_success is not None:
-        where = "validation" if c.name == "grpo_target" else "held-out"
+        where = "validation" if c.name in BASELINE_LABELS else "held-out"
         parts.append(f"{where} success {pct(f.eval_success_start)} → {pct(f.eval_success)}")
     return " · ".join(parts)
 
@@ -393,7 +403,7 @@ def _sample_efficiency(data: ReportData, figures: dict[str, bytes]) -> str:
     if se is None:
         return head + _missing(data, "sample_efficiency", "no curve measured yet.") + "</section>"
     rows = []
-    for label, points in (("TRACE", se.trace), ("GRPO on target", se.grpo_target)):
+    for label, points in (("TRACE", se.trace), ("GRPO on target", se.grpo_target), ("SWE-RL", se.swe_rl)):
         for p in points:
             rows.append(f"<tr><td>{label}</td>{_num(p.step)}{_num(f'{p.rollouts:,}')}"
                         f'<td class="num">{p.passed} / {p.episodes}</td><td class="num">{pct(p.interval.mean)}</td>'

@@ -1,9 +1,14 @@
-"""Build the embedded tiny agent: tokenizer + supervised fine-tuning on the flawed airline policy.
+"""Build the embedded tiny agent: tokenizer + supervised fine-tuning on a domain's flawed teacher.
 
-    tracerl build-agent --out src/tracerl/models/tiny_agent
+    tracerl build-agent --recipe src/tracerl/models/tiny_agent/build.json --out DIR
 
-1. Roll the built-in airline domain's *flawed* reference policy out on `episodes` train-split
-   tasks (seeds 0…episodes−1): demonstrations with planted capability gaps.
+The recipe (`AgentRecipe`) is the one source of a build: a JSON file, either a recipe or a build.json
+whose `recipe` it takes — the shipped agent's build.json rebuilds the shipped agent. The builder
+reaches its domain (`domain`: "airline" or "code") through the domain's teacher only
+(`tracerl.envs.teacher.Teacher`, from `tracerl.envs.registry.make_teacher`).
+
+1. Roll the domain's *flawed* teacher policy out on `episodes` train-split tasks (the split's first
+   seeds): demonstrations with planted capability gaps.
 2. Train a byte-level BPE tokenizer on the templated conversations (`tracerl.models.tokenizer`).
 3. Build a Qwen3ForCausalLM from a config (random init, seeded) and train it on the
    demonstrations: next-token loss on the assistant tokens only (mask 1 of the exact token
@@ -39,6 +44,7 @@ visible situation instead.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import platform
 import random
@@ -49,60 +55,98 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tracerl.core.io import write_json
+from tracerl.core.errors import InputError
+from tracerl.core.io import describe_validation_error, write_json
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.core.trajectory import Trajectory
+from tracerl.envs.registry import make_teacher
+from tracerl.envs.runner import Episode, rollout
+from tracerl.envs.teacher import Teacher
 from tracerl.models.chat import ChatFormat
-from tracerl.models.generation import shared_prefix_length
+from tracerl.models.generation import _forward_signature, shared_prefix_length
+from tracerl.models.local import LocalPolicy
+from tracerl.models.templates import TINY_AGENT_TEMPLATE
 from tracerl.models.tiny import count_parameters, tiny_qwen3, tiny_qwen3_config
-from tracerl.models.tokenizer import train_tokenizer
+from tracerl.models.tokenizer import MAX_NUMBER_DIGITS, train_tokenizer
 
 DRILL_GATES = ("id_reads_exact", "answered_values_exact")  # the drill check's rates that must reach `drill_target`
 
 
 class AgentRecipe(BaseModel):
-    """Everything `build-agent` needs; the shipped agent's own options are in its build.json."""
+    """Everything `build-agent` needs, in one place: a recipe file (or a build.json's `recipe`) gives
+    these fields; those it leaves out keep these defaults. The shipped agent's recipe is in its build.json."""
 
     model_config = ConfigDict(extra="forbid")
 
     seed: int = 0
-    policy: str = "flawed:0.6,0.6,0.2,0.2"  # p1 skip precondition, p2 stop early, p3 mis-pick, p4 corrupt argument
-    episodes: int = 4000
-    rule_check: bool = False  # the teacher says its rule check before deciding (see tracerl.envs.airline.reference)
+    domain: str = "airline"  # whose teacher plays the demonstrations (tracerl.envs.registry.make_teacher)
+    policy: str = "flawed:0.6,0.6,0.2,0.2"  # the teacher: the domain's flawed policy (airline: p1 skip precondition,
+    # p2 stop early, p3 mis-pick, p4 corrupt argument; a rate may be scoped to a request kind, 1@cancel)
+    episodes: int = Field(4000, ge=1)  # demonstrations: the train split's first seeds
+    rule_check: bool = False  # the teacher says its rule check before deciding (airline, see tracerl.envs.reference)
     cite_values: bool = False  # … each answer after the values it reads (needs rule_check)
-    hinted_share: float = 0.0  # demonstrations played with the domain's expert guidance, which the teacher follows
-    vocab_size: int = 2048  # every id word one token, with or without its '_'
-    number_digits: int = 3  # every run of 1-3 digits one token besides (see tokenizer.py)
+    hinted_share: float = Field(0.0, ge=0, le=1)  # demonstrations played with the domain's expert guidance, which the teacher follows
+    vocab_size: int = Field(2048, ge=300)  # every id word one token, with or without its '_'
+    number_digits: int = Field(3, ge=1, le=MAX_NUMBER_DIGITS)  # every run of 1-3 digits one token besides (see tokenizer.py)
     json_keys: bool = False  # a JSON key (`"amount": `) one pre-token, its value the next token (see tokenizer.py)
-    hidden_size: int = 128
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 2
-    intermediate_size: int = 384
+    hidden_size: int = Field(128, ge=4)
+    num_hidden_layers: int = Field(4, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(384, ge=1)
     max_position_embeddings: int = 8192  # RoPE; room for τ²-bench retail's 4.4k-token opening (trained on shorter)
     tie_embeddings: bool = True  # the output layer is the input embedding (False: a separate one)
-    max_steps: int = 1200
-    drill_steps: int = 700  # copy drills only, before the episodes (0: no drills)
-    drill_target: float = 0.95  # then more drill steps until the held-out id reads and answered values are this exact (0: no check)
-    drill_extra_max: int = 1000  # at most this many more
-    drill_every: int = 4  # after them, every N-th step is a drill batch (0: never)
-    drill_batch_size: int = 24
-    drill_max_tokens: int = 768  # longer drills are left out (a flight change's is ~650)
-    drill_episodes: int = 4000  # conversations the drills come from (see `drill_conversations`)
-    drill_said_words: bool = False  # a text that says a word read as a tool result's value is drilled too (see `copy_drills`)
-    batch_size: int = 8
-    learning_rate: float = 3e-3
-    warmup_steps: int = 30
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    max_new_tokens: int = 160
-    eval_every: int = 0  # steps between validation passes (0: only at the end)
-    eval_tasks: int = 48  # validation: train-split seeds after the training ones
-    test_tasks: int = 100  # the report: test-split seeds
-    num_threads: int = 2
+    max_steps: int = Field(1200, ge=1)
+    drill_steps: int = Field(700, ge=0)  # copy drills only, before the episodes (0: no drills)
+    drill_target: float = Field(0.95, ge=0, le=1)  # then more drill steps until the held-out id reads and answered values are this exact (0: no check)
+    drill_extra_max: int = Field(1000, ge=0)  # at most this many more
+    drill_every: int = Field(4, ge=0)  # after them, every N-th step is a drill batch (0: never)
+    drill_batch_size: int = Field(24, ge=1)
+    drill_max_tokens: int = Field(768, ge=1)  # longer drills are left out (a flight change's is ~650)
+    drill_episodes: int = Field(4000, ge=0)  # conversations the drills come from (see `drill_conversations`)
+    batch_size: int = Field(8, ge=1)
+    learning_rate: float = Field(3e-3, gt=0)
+    warmup_steps: int = Field(30, ge=1)
+    weight_decay: float = Field(0.01, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    max_new_tokens: int = Field(160, ge=1)
+    eval_tasks: int = Field(48, ge=0)  # validation: train-split seeds after the training ones
+    test_tasks: int = Field(100, ge=1)  # the report: test-split seeds
+    num_threads: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AgentRecipe:
+        if self.cite_values and not self.rule_check:
+            raise ValueError("cite_values needs rule_check: it changes how the rule check is said")
+        if self.hidden_size % self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads, and that of num_key_value_heads")
+        return self
+
+    def teacher(self) -> Teacher:
+        """The domain's teacher this recipe names (`tracerl.envs.teacher.Teacher`)."""
+        return make_teacher(self.domain, self.policy, rule_check=self.rule_check, cite_values=self.cite_values)
+
+
+def load_recipe(path: str | Path) -> AgentRecipe:
+    """A recipe from a JSON file: the recipe itself, or a build.json (its `recipe`). Bad input: `InputError`."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such file", path=str(path)) from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
+    if isinstance(data, dict) and isinstance(data.get("recipe"), dict):
+        data = data["recipe"]
+    if not isinstance(data, dict):
+        raise InputError("a recipe is a JSON object (or a build.json with a 'recipe' object)", path=str(path))
+    try:
+        return AgentRecipe.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"recipe: {describe_validation_error(e)}", path=str(path)) from None
 
 
 def sft_example(chat: ChatFormat, trajectory: Trajectory) -> tuple[list[int], list[int]]:
@@ -151,15 +195,13 @@ def _prefix_memo(chat: ChatFormat) -> ChatFormat:
     return memo
 
 
-def copy_drills(trajectory: Trajectory, said_words: bool = False) -> list[Trajectory]:
+def copy_drills(trajectory: Trajectory) -> list[Trajectory]:
     """Short copies of a demonstration, each ending with an assistant turn that copies a value.
 
     A turn copies a value when it writes one (`copied_values`: an id, airport, date, amount or
     flight number, in a call or in a text such as "… to flight HAT964 on 2024-05-20 …") that an earlier user
-    or tool message holds as a whole word. With `said_words`, a text also copies the words it says
-    that an earlier tool result gives as a string value (`said_words_read`): a compensation check
-    ("silver or gold (gold) yes") cites words only, so without them no drill ends at it.
-    The drill runs from the latest user message at or before every copied value's source (see
+    or tool message holds as a whole word (a text that cites words only, as a compensation check's
+    "silver or gold (gold) yes", is not drilled). The drill runs from the latest user message at or before every copied value's source (see
     `_source`) up to that turn, without the system prompt and tool list: a few hundred tokens, so
     the copy is easy to learn, and a write late in an episode is drilled from the request it serves.
     (Drills from one user message further back as well, so that the value sits at varying distances
@@ -172,8 +214,6 @@ def copy_drills(trajectory: Trajectory, said_words: bool = False) -> list[Trajec
         if message.role != "assistant":
             continue
         values = copied_values(message)
-        if said_words and not message.tool_calls:
-            values += said_words_read(message, messages[:index])
         sources = [i for key, value in values if (i := _source(messages[:index], key, value)) is not None]
         if not sources:
             continue
@@ -207,13 +247,6 @@ def copied_values(message: Message) -> list[tuple[str | None, str]]:
     return values
 
 
-def said_words_read(message: Message, before: list[Message]) -> list[tuple[str, str]]:
-    """(key, word) for each word (3+ characters) of a text that a tool result before it gives as a
-    string value under that key (`"membership": "gold"`; the latest such key)."""
-    read = {v: k for m in before if m.role == "tool" for k, v in re.findall(r'"(\w+)": ?"([\w-]{3,})"', m.content or "")}
-    return [(read[word], word) for word in dict.fromkeys(re.findall(r"[\w-]+", message.content or "")) if word in read]
-
-
 def whole_word(value: str) -> re.Pattern[str]:
     """`value` as a whole word: not inside a longer id or word ("owl" is not in "owl_pine")."""
     return re.compile(rf"(?<![\w-]){re.escape(value)}(?![\w-])")
@@ -230,18 +263,16 @@ def _source(before: list[Message], name: str | None, value: str) -> int | None:
     return (named or holders or [None])[-1]
 
 
-def id_read_drills(drills: list[Trajectory]) -> list[Trajectory]:
+def id_read_drills(drills: list[Trajectory], kinds: dict[str, str]) -> list[Trajectory]:
     """The drills that end with id reads — read calls whose every argument is an id
     (`get_reservation_details(reservation_id)`, `get_user_details(user_id)`): each needs only the
     lookup of ids, the skill whose formation is all-or-nothing from one build to the next. (A
-    search's airports and date are left out: a build whose id lookup had formed copied 0 of 16.)"""
-    from tracerl.envs.airline.tools import AirlineTools
-
-    kinds = AirlineTools()
+    search's airports and date are left out: a build whose id lookup had formed copied 0 of 16.)
+    `kinds`: each tool's kind, by name (the teacher's `tool_kinds()`)."""
 
     def id_read(call: ToolCall) -> bool:
         arguments = call.parsed_arguments() or {}
-        return kinds.kind_of(call.function.name) == "read" and bool(arguments) and all(k.endswith("_id") for k in arguments)
+        return kinds.get(call.function.name) == "read" and bool(arguments) and all(k.endswith("_id") for k in arguments)
 
     return [d for d in drills if d.messages[-1].tool_calls and all(id_read(c) for c in d.messages[-1].tool_calls)]
 
@@ -252,12 +283,13 @@ def said_value_drills(drills: list[Trajectory]) -> list[Trajectory]:
     return [d for d in drills if not d.messages[-1].tool_calls]
 
 
-def answered_value_examples(chat: ChatFormat, tokenizer: Any, drills: list[Trajectory]) -> list[tuple[list[int], list[int]]]:
+def answered_value_examples(chat: ChatFormat, tokenizer: Any, drills: list[Trajectory],
+                            kinds: dict[str, str]) -> list[tuple[list[int], list[int]]]:
     """One example per value a drill's final turn copies from the user message right before it —
     the user's answer to the agent's question (a payment method, a date) — whose mask marks only
     that value's tokens, cut after them (causal: what follows changes no prediction), so that
     `exact_final_turns` judges the value alone. The id reads, watched on their own, are left out."""
-    reads = {id(d) for d in id_read_drills(drills)}
+    reads = {id(d) for d in id_read_drills(drills, kinds)}
     examples = []
     for drill in drills:
         *_, answer, turn = drill.messages
@@ -275,9 +307,9 @@ def answered_value_examples(chat: ChatFormat, tokenizer: Any, drills: list[Traje
     return examples
 
 
-def drill_kinds(drills: list[Trajectory]) -> list[str]:
+def drill_kinds(drills: list[Trajectory], kinds: dict[str, str]) -> list[str]:
     """What each drill's final turn does: "id read", "said value", or the name of the tool it calls."""
-    reads = {id(d) for d in id_read_drills(drills)}
+    reads = {id(d) for d in id_read_drills(drills, kinds)}
     return ["id read" if id(d) in reads else d.messages[-1].tool_calls[0].function.name if d.messages[-1].tool_calls
             else "said value" for d in drills]
 
@@ -313,10 +345,9 @@ def drill_conversations(recipe: AgentRecipe, demos: list[Trajectory]) -> list[Tr
     """What the copy drills are cut from: the training demonstrations, then (when
     `recipe.drill_episodes` is larger) demonstrations on the train seeds after the validation ones,
     `recipe.drill_episodes` in all — more codes to copy than a small model can memorise one by one."""
-    from tracerl.envs.airline import TRAIN_SEEDS
-
     first = recipe.episodes + recipe.eval_tasks
-    return demos + collect_demonstrations(recipe, TRAIN_SEEDS[first: first + max(0, recipe.drill_episodes - len(demos))])
+    more = max(0, recipe.drill_episodes - len(demos))
+    return demos + (collect_demonstrations(recipe, recipe.teacher().seeds("train", more, first)) if more else [])
 
 
 def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list[str]:
@@ -324,24 +355,15 @@ def conversation_texts(chat: ChatFormat, trajectories: list[Trajectory]) -> list
 
 
 def collect_demonstrations(recipe: AgentRecipe, seeds: range | list[int]) -> list[Trajectory]:
-    from tracerl.envs.registry import make_env
-    from tracerl.envs.runner import Episode, rollout
-
-    policy = make_env("airline").reference_policy(recipe.policy, seed=recipe.seed, rule_check=recipe.rule_check,
-                                                  cite_values=recipe.cite_values)
-    rng = random.Random(f"tracerl-hinted-{recipe.seed}")
-    episodes = [Episode(seed=s, options={"hint": True} if rng.random() < recipe.hinted_share else {}) for s in seeds]
-    return rollout(lambda: make_env("airline", split="train"), policy, episodes)
+    """The recipe's teacher's episodes on train-split `seeds` (a `hinted_share` of them with the hint)."""
+    return recipe.teacher().demonstrations(list(seeds), seed=recipe.seed, hinted_share=recipe.hinted_share)
 
 
-def evaluate(model: Any, tokenizer: Any, seeds: list[int], split: str, max_new_tokens: int, batch_size: int = 64) -> list[Trajectory]:
-    """Greedy episodes of the model on airline tasks of `split`."""
-    from tracerl.envs.registry import make_env
-    from tracerl.envs.runner import Episode, rollout
-    from tracerl.models.local import LocalPolicy
-
+def evaluate(model: Any, tokenizer: Any, teacher: Teacher, seeds: list[int], split: str, max_new_tokens: int,
+             batch_size: int = 64) -> list[Trajectory]:
+    """Greedy episodes of the model on the teacher's domain's tasks of `split`."""
     policy = LocalPolicy(model, tokenizer, temperature=0.0, max_new_tokens=max_new_tokens)
-    return rollout(lambda: make_env("airline", split=split), policy, [Episode(seed=s) for s in seeds], batch_size=batch_size)
+    return rollout(lambda: teacher.make_env(split), policy, [Episode(seed=s) for s in seeds], batch_size=batch_size)
 
 
 def build_agent(
@@ -354,20 +376,18 @@ def build_agent(
     progress: Callable[[int, int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Make the agent in `out_dir` (model, tokenizer, build.json); return the build report."""
-    from tracerl.envs.airline import TEST_SEEDS, TRAIN_SEEDS
-
     start = time.time()
     torch.set_num_threads(recipe.num_threads)
     out_dir = Path(out_dir)
-    train_seeds = list(TRAIN_SEEDS[: recipe.episodes])
-    val_seeds = list(TRAIN_SEEDS[recipe.episodes: recipe.episodes + recipe.eval_tasks])
-    test_seeds = list(TEST_SEEDS[: recipe.test_tasks])
+    teacher = recipe.teacher()
+    kinds = teacher.tool_kinds()
+    train_seeds = teacher.seeds("train", recipe.episodes)
+    val_seeds = teacher.seeds("train", recipe.eval_tasks, recipe.episodes)
+    test_seeds = teacher.seeds("test", recipe.test_tasks)
 
     demos = collect_demonstrations(recipe, train_seeds)
     teacher_pass = sum(t.passed for t in demos) / len(demos)
     log(f"{len(demos)} demonstrations from {recipe.policy} (teacher pass rate {teacher_pass:.3f})")
-
-    from tracerl.models.templates import TINY_AGENT_TEMPLATE
 
     bootstrap = train_tokenizer(["x"], vocab_size=300, chat_template=TINY_AGENT_TEMPLATE)
     texts = conversation_texts(ChatFormat(bootstrap), demos)
@@ -377,8 +397,7 @@ def build_agent(
     examples = [sft_example(chat, t) for t in demos]
     drills = []
     if recipe.drill_steps or recipe.drill_every:
-        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos)
-                  for d in copy_drills(t, recipe.drill_said_words)]
+        drills = [sft_example(chat, d) for t in drill_conversations(recipe, demos) for d in copy_drills(t)]
         drills = [e for e in drills if len(e[0]) <= recipe.drill_max_tokens]
     n_tokens = sum(len(ids) for ids, _ in examples)
     n_loss = sum(sum(mask) for _, mask in examples)
@@ -395,15 +414,16 @@ def build_agent(
 
     probe = None
     if drills and recipe.drill_target:
-        held_out = [copy_drills(t, recipe.drill_said_words) for t in collect_demonstrations(recipe, val_seeds)]
-        watched = {"id_reads_exact": [sft_example(chat, d) for ds in held_out for d in id_read_drills(ds)],
-                   "answered_values_exact": [e for ds in held_out for e in answered_value_examples(chat, tokenizer, ds)],
+        held_out = [copy_drills(t) for t in collect_demonstrations(recipe, val_seeds)]
+        watched = {"id_reads_exact": [sft_example(chat, d) for ds in held_out for d in id_read_drills(ds, kinds)],
+                   "answered_values_exact": [e for ds in held_out for e in answered_value_examples(chat, tokenizer, ds, kinds)],
                    "said_values_exact": [sft_example(chat, d) for ds in held_out for d in said_value_drills(ds)]}
         probe = lambda m: {name: exact_final_turns(m, examples, tokenizer.pad_token_id) for name, examples in watched.items()}  # noqa: E731
         log(f"drill check: {len(watched['id_reads_exact'])} id-read drills and {len(watched['answered_values_exact'])} "
             f"answered values of the validation seeds ({len(watched['said_values_exact'])} said-value drills watched)")
     history = train_sft(model, examples, recipe, tokenizer.pad_token_id, drills=drills, log=log, progress=progress, drill_check=probe,
-                        on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, val_seeds, "train", recipe.max_new_tokens)))
+                        on_eval=lambda m: _pass_rate(evaluate(m, tokenizer, teacher, val_seeds, "train",
+                                                              recipe.max_new_tokens)))
     train_seconds = history["seconds"]
     model.to("cpu")
 
@@ -412,7 +432,7 @@ def build_agent(
     tokenizer.save_pretrained(out_dir)
 
     t0 = time.time()
-    test = evaluate(model, tokenizer, test_seeds, "test", recipe.max_new_tokens)
+    test = evaluate(model, tokenizer, teacher, test_seeds, "test", recipe.max_new_tokens)
     eval_seconds = time.time() - t0
     generated = sum(sum(t.tokens.mask) for t in test if t.tokens)
     report = {
@@ -520,12 +540,6 @@ def train_sft(
                 for _ in range(min(50, recipe.drill_extra_max - extra)):
                     extra += 1
                     train_step(True, lr_at(scheduled))
-        step = len(losses) - 1
-        if on_eval and recipe.eval_every and (step + 1) % recipe.eval_every == 0 and scheduled + 1 < total:
-            rate = on_eval(model)
-            model.train()
-            evals.append({"step": step + 1, "validation_pass_rate": rate})
-            log(f"step {step + 1}: validation greedy pass rate {rate:.3f}")
     seconds = time.time() - start
     if on_eval:
         evals.append({"step": len(losses), "validation_pass_rate": on_eval(model)})
@@ -563,8 +577,6 @@ def shared_prefix_loss(model: torch.nn.Module, batch: list[tuple[list[int], list
     if prefix_len == 0:
         input_ids, labels, attention = (t.to(device) for t in _collate(batch, pad_id))
         return model(input_ids=input_ids, attention_mask=attention, labels=labels).loss, int(attention.sum())
-    from tracerl.models.generation import _forward_signature
-
     cache_name, _ = _forward_signature(model)
     prefix = torch.tensor([batch[0][0][:prefix_len]], device=device)
     cache = getattr(model(input_ids=prefix, use_cache=True), cache_name)

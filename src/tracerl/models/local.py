@@ -55,9 +55,12 @@ from tracerl.models.continuous import PolicyTurns, supports_continuous
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
 from tracerl.models.lora_check import adapter_shapes, check_adapter
 from tracerl.models.tiny_agent import TINY_AGENT_DIR
+from tracerl.models.tiny_code_agent import TINY_CODE_AGENT_DIR
 
 BASE = "__base__"  # PEFT's name for "no adapter" in a mixed batch
 EMBEDDED_AGENT = "tiny-agent"  # the name adapters of the embedded agent record as their base
+CODE_AGENT = "tiny-code-agent"  # the tiny code agent (tracerl.models.tiny_code_agent), likewise
+SHIPPED_AGENTS = {EMBEDDED_AGENT: TINY_AGENT_DIR, CODE_AGENT: TINY_CODE_AGENT_DIR}  # name -> its folder in the package
 
 
 def load_model(path_or_name: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
@@ -93,8 +96,9 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
         else:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
             tokenizer = AutoTokenizer.from_pretrained(path)
-            if is_embedded_agent(path):  # adapters record the alias, not this checkout's path
-                model.name_or_path = model.config.name_or_path = EMBEDDED_AGENT
+            shipped = shipped_agent_name(path)
+            if shipped is not None:  # adapters record the name, not this checkout's path
+                model.name_or_path = model.config.name_or_path = shipped
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as e:
         first = (str(e).splitlines() or [type(e).__name__])[0]
         raise InputError(f"cannot load a causal LM from '{path_or_name}': {first[:300]}") from None
@@ -124,16 +128,22 @@ def strip_adapter_layers(model: torch.nn.Module) -> None:
 
 
 def resolve_model_path(path_or_name: str | Path) -> str:
-    """The embedded agent's directory for "tiny-agent"/"tiny"; otherwise the argument unchanged."""
-    if str(path_or_name) in (EMBEDDED_AGENT, "tiny", "tiny_agent"):
-
+    """The embedded agent's directory for "tiny-agent"/"tiny", the tiny code agent's for "tiny-code-agent";
+    otherwise the argument unchanged."""
+    if str(path_or_name) in ("tiny", "tiny_agent"):
         return str(TINY_AGENT_DIR)
-    return str(path_or_name)
+    return str(SHIPPED_AGENTS.get(str(path_or_name), path_or_name))
+
+
+def shipped_agent_name(path: str | Path) -> str | None:
+    """The name of the shipped agent whose directory `path` is in this installation, else None."""
+    return next((name for name, folder in SHIPPED_AGENTS.items() if os.path.realpath(path) == os.path.realpath(folder)),
+                None)
 
 
 def is_embedded_agent(path: str | Path) -> bool:
     """Whether `path` is the embedded agent's directory in this installation."""
-    return os.path.realpath(path) == os.path.realpath(TINY_AGENT_DIR)
+    return shipped_agent_name(path) == EMBEDDED_AGENT
 
 
 class LocalPolicy:

@@ -1,5 +1,9 @@
 """The capability catalogue: the built-in capabilities, and users' own from YAML/JSON.
 
+Two built-in sets: tool-use agents' (`BUILTIN`: customer-service targets such as τ²-bench) and code
+agents' (`CODE`: SWE-bench-shaped targets, the built-in code domain, SWE-bench imports);
+`catalogue_for(trajectories)` picks the set their rollouts call for.
+
 A capability (`tracerl.contracts.Capability`) has a snake_case name, a description and a labelling rubric that says what NA,
 PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should never select
 (the agent's failures never hinge on them); they keep the selection honest.
@@ -8,6 +12,7 @@ PRESENT and LACKING mean for it. Decoys are capabilities a good labeller should 
 from __future__ import annotations
 
 from tracerl.contracts import Capability, Rubric, load_capabilities  # noqa: F401 — users' own, read here too
+from tracerl.core.trajectory import Trajectory
 
 
 def _cap(name: str, description: str, na: str, present: str, lacking: str, decoy: bool = False) -> Capability:
@@ -82,8 +87,51 @@ BUILTIN: tuple[Capability, ...] = (
 )
 
 
-def builtin_capabilities() -> list[Capability]:
-    return [c.model_copy(deep=True) for c in BUILTIN]
+CODE: tuple[Capability, ...] = (
+    _cap(
+        "fault_localization",
+        "The agent finds the file and the function the issue is about — following the call the issue names to "
+        "the code that runs — and changes that code, not a look-alike elsewhere.",
+        "The agent edited no file, or where the fault is is unknown.",
+        "Every file the agent edited is one the fix changes.",
+        "The agent edited a file the fix does not touch (a copy, an unused module, the wrong function).",
+    ),
+    _cap(
+        "test_verification",
+        "After changing the code the agent runs the tests (or reproduces the issue) and reads the result before "
+        "it submits, so that a wrong fix is caught and redone.",
+        "The agent changed no file.",
+        "The tests ran after the last change and before the submission.",
+        "The agent submitted (or stopped) after a change without running the tests.",
+    ),
+    _cap(
+        "multi_bug_completion",
+        "When the issue reports several faults, the agent fixes every one of them instead of stopping after the first.",
+        "The fix changes fewer than two places.",
+        "Every faulty line was replaced.",
+        "Some faulty lines were never replaced: the submission fixes part of the issue.",
+    ),
+    _cap(
+        "edit_precision",
+        "The agent's edit calls are exact: `old_str` copied verbatim (indentation included), valid commands and "
+        "arguments, so that each edit applies.",
+        "The agent made no edit call.",
+        "Every edit call applied.",
+        "An edit call failed (the text to replace did not appear verbatim, or the arguments were invalid).",
+    ),
+    *(c for c in BUILTIN if c.decoy),
+)
+
+
+def builtin_capabilities(code: bool = False) -> list[Capability]:
+    """The built-in set: tool-use agents' (`BUILTIN`), or with `code` code agents' (`CODE`)."""
+    return [c.model_copy(deep=True) for c in (CODE if code else BUILTIN)]
+
+
+def catalogue_for(trajectories: list[Trajectory]) -> list[Capability]:
+    """The built-in set the rollouts call for: code agents' when they are code agents' (each carries
+    its submitted patch, `info["model_patch"]`), tool-use agents' otherwise."""
+    return builtin_capabilities(code=bool(trajectories) and all("model_patch" in t.info for t in trajectories))
 
 
 def merge_capabilities(base: list[Capability], extra: list[Capability]) -> list[Capability]:

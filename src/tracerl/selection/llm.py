@@ -22,6 +22,7 @@ from tracerl.models.analysis import AnalysisClient, AnalysisConfig
 
 TEXT_LIMIT = 300
 ARGS_LIMIT = 200
+PATCH_LIMIT = 600
 
 
 # --- compaction ------------------------------------------------------------------------------
@@ -47,6 +48,9 @@ def failure_reasons(t: Trajectory) -> list[str]:
     for key, value in t.reward_breakdown.items():
         if value < 1.0:
             reasons.append(f"reward component {key} = {value:g}")
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):  # a code agent's tests, as SWE-bench names them
+        if key in t.info and key not in t.reward_breakdown and not t.passed:
+            reasons.append(f"{key} tests: {_cut(', '.join(map(str, t.info[key])), 160)}")
     return reasons
 
 
@@ -71,12 +75,15 @@ def compact_trajectory(t: Trajectory) -> str:
             lines.append(f"[{turn}] tool {m.name or ''}: {_cut(m.content or '', TEXT_LIMIT)}")
         else:
             lines.append(f"[{turn}] user: {_cut(m.content or '', TEXT_LIMIT)}")
+    if "model_patch" in t.info:  # a code agent's answer
+        lines.append(f"submitted patch: {_cut(t.info['model_patch'] or '(empty)', PATCH_LIMIT)}")
     return "\n".join(lines)
 
 
 # --- labelling -------------------------------------------------------------------------------
 
-SYSTEM_PROMPT = """You label transcripts of a tool-using customer-service agent.
+SYSTEM_PROMPT = """You label transcripts of a tool-using agent: a customer-service agent acting on records, or a
+coding agent fixing an issue in a repository (viewing, searching, editing files, running tests, submitting a patch).
 For each capability below decide one label:
 - NA: the task does not need this capability;
 - PRESENT: the task needs it and the agent exercised it;

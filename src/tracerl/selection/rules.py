@@ -29,6 +29,7 @@ from tracerl.contracts import Capability, PairLabel
 from tracerl.core.messages import Action
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.catalogue import builtin_capabilities
+from tracerl.selection.code_rules import CODE_DETECTORS
 
 # Errors that mean the call itself was wrong (arguments, ids, names), not that the policy forbade it.
 INVALID_CALL_ERROR = re.compile(
@@ -361,6 +362,8 @@ DETECTORS: dict[str, Callable[[Analysis], Result]] = {
     "information_communication": information_communication,
     "tone_and_empathy": _writes_text,
     "language_fluency": _writes_text,
+    # code agents' (tracerl.selection.code_rules): they read the trajectory, not this module's Analysis
+    **{name: (lambda a, detect=detect: detect(a.trajectory)) for name, detect in CODE_DETECTORS.items()},
 }
 
 
@@ -388,7 +391,7 @@ class RulesLabeller:
 
 def failures_by_capability(trajectories: Sequence[Trajectory], capabilities: Sequence[str]) -> dict[str, int]:
     """How many failed trajectories the rules labeller marks LACKING for each capability."""
-    known = {c.name: c for c in builtin_capabilities()}
+    known = {c.name: c for c in builtin_capabilities() + builtin_capabilities(code=True)}
     caps = [known[name] for name in capabilities if name in known]
     failed = [t for t in trajectories if not t.passed]
     counts: Counter[str] = Counter({c.name: 0 for c in caps})

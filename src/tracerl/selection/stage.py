@@ -15,7 +15,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.trajectory import Trajectory
 from tracerl.selection.aggregate import SelectionParams
 from tracerl.selection.catalogue import (
-    builtin_capabilities,
+    catalogue_for,
     load_capabilities,
     merge_capabilities,
 )
@@ -65,7 +65,7 @@ def run_select(trajectories: list[Trajectory], config: SelectConfig, *, seed: in
     """Label, aggregate and select into `out_dir` (capabilities.json, labels/). `llm` is the analysis
     model, needed by the LLM labeller and discovery; when it gives nothing usable, an InputError stops
     the stage before anything is written."""
-    catalogue = builtin_capabilities()
+    catalogue = catalogue_for(trajectories)
     if config.capabilities is not None:
         by_name = {c.name: c for c in load_capabilities(config.capabilities)}
         catalogue = merge_capabilities([by_name.pop(c.name, c) for c in catalogue], list(by_name.values()))

@@ -84,7 +84,7 @@ def run_synthesize(capabilities: Path, target: Target, out_dir: Path, config: Sy
     client = AnalysisClient(llm) if llm is not None else None
     run = SynthesisRun(index=EnvIndex(target=target.name, generator=config.generator, environments=[]))
     records = []
-    by_llm = [cap for cap in selected if config.generator == "llm" or template_for(cap.name) is None]
+    by_llm = [cap for cap in selected if config.generator == "llm" or template_for(cap.name, target) is None]
     for cap in by_llm + [cap for cap in selected if cap not in by_llm]:
         outcome = synthesize_capability(cap, target, out_dir, generator=config.generator, difficulty=config.difficulty,
                                         llm=client, max_rounds=config.max_rounds, hint_fraction=config.hint_fraction)

@@ -83,7 +83,7 @@ def synthesize_capability(
     """Build, check and write `out_dir/<capability>/` for one capability."""
     name, description = cap.name, cap.description
     env_dir = out_dir / name
-    template = template_for(name) if generator == "template" else None
+    template = template_for(name, target) if generator == "template" else None
     if template is not None:
         report = validate_env(lambda: template(target, difficulty=difficulty), target.tools, seeds=range(seeds))
         if not report.passed:

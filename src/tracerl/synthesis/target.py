@@ -30,7 +30,7 @@ from tracerl.core.errors import InputError
 from tracerl.core.messages import Message, ToolCall
 from tracerl.core.tools import load_tools_json
 from tracerl.envs.base import Env
-from tracerl.envs.registry import make_env
+from tracerl.envs.registry import capability_envs, make_env
 from tracerl.envs.runner import Episode, rollout
 from tracerl.envs.synthetic.target import Target, tool_families
 
@@ -96,8 +96,15 @@ def target_from_env(spec: str) -> Target:
     """The target of an environment tracerl plays (`tracerl.envs.registry.make_env(spec)`): its tools, its
     system prompt split into preamble, domain rules and closing, id values from its gold actions, record
     shapes from its oracle's rollouts (`Env.reference_policy('oracle')`, where it has one) and its users'
-    requests (`Env.user_requests`, where it states them)."""
+    requests (`Env.user_requests`, where it states them). A built-in domain that brings its own
+    capability environments (the code domain) gives its tools and prompt only: those read nothing else."""
     env = make_env(spec)
+    if capability_envs(spec):
+        messages, _ = env.reset(seed=env.task_seeds(1)[0])
+        prompt = messages[0].content or "" if messages and messages[0].role == "system" else ""
+        title = prompt.splitlines()[0] if prompt else f"# {env.name.capitalize()} agent policy"
+        return Target(name=env.name, tools=tuple(env.tools), title=title, source=spec,
+                      preamble=tuple(prompt.splitlines()), policy=prompt.strip())
     if not tool_families(tuple(env.tools)):
         raise InputError(f"target '{spec}': no read tool shares an id parameter with a write tool: nothing to build on")
     messages, _ = env.reset(seed=0)

@@ -33,7 +33,8 @@ from tracerl.envs.synthetic.sandbox import (
     WorkerLimits,
 )
 from tracerl.envs.synthetic.target import Target
-from tracerl.envs.synthetic.templates import TEMPLATES
+from tracerl.envs.registry import capability_envs
+from tracerl.envs.synthetic.templates import TEMPLATES, template_class
 
 ENV_JSON = "env.json"
 TARGET_JSON = "target.json"
@@ -88,9 +89,10 @@ def load_env_dir(path: str | Path, difficulty: int | None = None,
     target = load_target_json(path)
     level = spec.difficulty if difficulty is None else difficulty
     if spec.template is not None:
-        cls = TEMPLATES.get(spec.template)
+        cls = template_class(spec.template)
         if cls is None:
-            raise InputError(f"unknown template '{spec.template}' (known: {', '.join(sorted(TEMPLATES))})",
+            known = sorted(TEMPLATES) + sorted(capability_envs())
+            raise InputError(f"unknown template '{spec.template}' (known: {', '.join(known)})",
                              path=str(path / ENV_JSON))
         return lambda: cls(target, difficulty=level, max_turns=spec.max_turns)
     module = module_file(path, spec)

@@ -8,7 +8,7 @@ starts `python -m tracerl.envs.synthetic.sandbox_worker` on it:
   its own, in a fresh network namespace where `unshare --user --net` works;
 - with resource limits (`WorkerLimits`): CPU seconds over its life, address space, file size, open
   files, no core dumps; and a wall-clock limit on every call, past which it is killed;
-- confined by the kernel before any generated code runs (`tracerl.envs.synthetic.confine`: Landlock
+- confined by the kernel before any generated code runs (`tracerl.core.confine`: Landlock
   reads and writes to its folder and the interpreter's files, seccomp no processes and no sockets). Where
   the kernel offers neither Landlock nor seccomp, the module is not run unless the user set
   TRACERL_ALLOW_UNCONFINED_GENERATED_CODE=1 (`tracerl --allow-unconfined-generated-code`).
@@ -50,7 +50,7 @@ from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.core.untrusted import untrusted_text
 from tracerl.envs.base import Env, StepResult
-from tracerl.envs.synthetic.confine import REQUIRED
+from tracerl.core.confine import REQUIRED
 
 ALLOW_UNCONFINED = "TRACERL_ALLOW_UNCONFINED_GENERATED_CODE"  # "1": run generated code where the kernel cannot confine it
 _HEADER = struct.Struct(">I")
@@ -116,7 +116,7 @@ def kernel_confinement() -> tuple[str, ...]:
     """The confinement layers this machine's kernel gives a process (`confine` tried in a throw-away
     child process); generated code runs without the opt-in when they include `REQUIRED`."""
     with tempfile.TemporaryDirectory(prefix="tracerl-probe-") as tmp:
-        code = ("import json, sys; from pathlib import Path; from tracerl.envs.synthetic.confine import confine; "
+        code = ("import json, sys; from pathlib import Path; from tracerl.core.confine import confine; "
                 "print(json.dumps(confine(Path(sys.argv[1]))))")
         try:
             done = subprocess.run([sys.executable, "-I", "-c", code, tmp], capture_output=True, text=True, timeout=60)

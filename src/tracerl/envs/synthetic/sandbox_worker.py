@@ -46,7 +46,7 @@ from pydantic import BaseModel
 import tracerl.envs.synthetic.values  # noqa: F401 — the helpers the module contract offers
 from tracerl.core.messages import Message
 from tracerl.envs.base import Env
-from tracerl.envs.synthetic.confine import confine
+from tracerl.core.confine import confine
 from tracerl.envs.synthetic.target import Target  # noqa: F401
 from tracerl.envs.tools import Toolbox  # noqa: F401
 

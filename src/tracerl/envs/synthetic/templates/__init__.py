@@ -1,5 +1,9 @@
-"""The built-in capability templates, by capability name."""
+"""The built-in capability templates, by capability name: the tool-family templates (`TEMPLATES`), and a
+built-in domain's own capability environments (`tracerl.envs.registry.capability_envs`: the code
+domain's), which a target of that domain gets instead."""
 
+from tracerl.envs.registry import capability_envs
+from tracerl.envs.synthetic.target import Target
 from tracerl.envs.synthetic.templates.base import MAX_DIFFICULTY, Task, TemplateEnv
 from tracerl.envs.synthetic.templates.multi_step import MultiStepCompletionEnv
 from tracerl.envs.synthetic.templates.precision import ToolCallPrecisionEnv
@@ -20,10 +24,18 @@ ALIASES = {
 }
 
 
-def template_for(capability: str) -> type[TemplateEnv] | None:
-    """The template class for a capability name (or a known alias of it), or None."""
+def template_for(capability: str, target: Target | None = None) -> type[TemplateEnv] | None:
+    """The template class for a capability name (or a known alias of it) on `target`, or None: a built-in
+    domain that brings its own capability environments gets those, any other target the tool-family templates."""
     key = capability.strip().lower().replace("-", "_").replace(" ", "_")
-    return TEMPLATES.get(ALIASES.get(key, key))
+    key = ALIASES.get(key, key)
+    own = capability_envs(target.source) if target is not None else {}
+    return own.get(key) if own else TEMPLATES.get(key)  # type: ignore[return-value]
 
 
-__all__ = ["ALIASES", "MAX_DIFFICULTY", "TEMPLATES", "Task", "TemplateEnv", "template_for"]
+def template_class(name: str) -> type[TemplateEnv] | None:
+    """The class an env.json's `template` names: a tool-family template or a built-in domain's own."""
+    return TEMPLATES.get(name) or capability_envs().get(name)  # type: ignore[return-value]
+
+
+__all__ = ["ALIASES", "MAX_DIFFICULTY", "TEMPLATES", "Task", "TemplateEnv", "template_class", "template_for"]

@@ -12,7 +12,14 @@
 
 It returns the layers it set up; one missing (no Landlock in this kernel, an architecture seccomp's
 filter is not written for) is left out, and the caller decides. Nothing here relies on Python-level
-hooks: code holding ctypes meets the same kernel.
+hooks: code holding ctypes meets the same kernel. Users: generated environments' worker
+(`tracerl.envs.synthetic.sandbox_worker`).
+
+The code domain's sandbox (`tracerl.envs.code.sandbox`) uses the parts alone: `landlock(root, None)`
+confines writes only (its pytest runs read the installation), `network_namespace_available()` says
+whether `unshare --user --net` gives it a namespace with loopback only, and, run as a module —
+`python -I -m tracerl.core.confine FOLDER COMMAND [ARG…]` — this file confines writes and becomes
+COMMAND (exit 126 where the kernel has no Landlock).
 """
 
 from __future__ import annotations
@@ -21,9 +28,12 @@ import ctypes
 import os
 import platform
 import resource
+import shutil
 import struct
+import subprocess
 import sys
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path
 
 LANDLOCK_FS = "landlock fs"  # reads and writes confined to the folder (reads also: the interpreter's files)
@@ -88,13 +98,17 @@ def interpreter_paths() -> list[Path]:
     return found
 
 
-def landlock(folder: Path, readable: Sequence[Path]) -> list[str]:
-    """Confine this process's file access (and TCP, signals where the ABI has them) with Landlock."""
+def landlock(folder: Path, readable: Sequence[Path] | None) -> list[str]:
+    """Confine this process with Landlock (TCP and signals too where the ABI has them): writes only under
+    `folder` (and /dev/null); reads only under `folder` and the `readable` paths, or anywhere where
+    `readable` is None (the code domain's pytest runs read the interpreter's whole installation)."""
     abi = landlock_abi()
     if abi < 1:
         return []
     libc = _libc()
-    fs = _READ | _WRITE_FILE | _WRITE_TREE | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    folder = Path(folder)
+    writes = _WRITE_FILE | _WRITE_TREE | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
+    fs = writes | (_READ if readable is not None else 0)
     attr = _RulesetAttr(handled_access_fs=fs, handled_access_net=(_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
                         scoped=(_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
@@ -103,9 +117,10 @@ def landlock(folder: Path, readable: Sequence[Path]) -> list[str]:
         return []
     file_rights = _EXECUTE | _READ_FILE
     rules = [(folder, fs), (Path("/dev/null"), _READ_FILE | _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0))]
-    rules += [(p, _READ if p.is_dir() else file_rights) for p in readable]
+    rules += [(p, _READ if p.is_dir() else file_rights) for p in readable or ()]
     try:
         for path, allowed in rules:
+            allowed &= fs  # a right the ruleset does not handle cannot be granted
             if not path.is_dir():
                 allowed &= _EXECUTE | _WRITE_FILE | _READ_FILE | (_TRUNCATE if abi >= 3 else 0)
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -223,3 +238,34 @@ def confine(folder: Path, readable: Sequence[Path] | None = None) -> list[str]:
     """Landlock, seccomp and the process limit on this process (module docstring); the layers set up."""
     readable = interpreter_paths() if readable is None else readable
     return landlock(folder, readable) + seccomp() + limit_processes()
+
+
+@lru_cache(maxsize=1)
+def network_namespace_available() -> bool:
+    """Whether `unshare --user --map-root-user --net` works here (unprivileged user namespaces): a fresh
+    network namespace with no interface but loopback."""
+    exe = shutil.which("unshare")
+    if exe is None:
+        return False
+    try:
+        done = subprocess.run([exe, "--user", "--map-root-user", "--net", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def main(argv: list[str]) -> int:
+    """`FOLDER COMMAND [ARG…]`: confine this process's writes to FOLDER with Landlock, then become COMMAND
+    (exit 126 with one line where the kernel has no Landlock; the code domain's sandbox probes with it)."""
+    if len(argv) < 2:
+        sys.stderr.write("usage: python -m tracerl.core.confine FOLDER COMMAND [ARG…]\n")
+        return 2
+    if not landlock(Path(argv[0]), None):
+        sys.stderr.write("confine: Landlock is not available on this kernel\n")
+        return 126
+    os.execvp(argv[1], argv[1:])
+    return 127  # not reached: execvp replaces the process or raises
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
