@@ -33,6 +33,7 @@ When this equals a fresh templating of the finished conversation — ids identic
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,32 @@ def first_user_turn_span(text: str) -> tuple[int, int] | None:
     return match.span() if match else None
 
 
+def template_messages(messages: Sequence[Message | dict]) -> list[dict]:
+    """Messages as chat templates take them, as vLLM and transformers hand them over: OpenAI dicts whose tool
+    calls' arguments are objects (the template writes them in its model's format: Hermes JSON, Qwen3 XML
+    parameters, …), the text as it is where it is no JSON object (a malformed call the model wrote)."""
+    out = []
+    for m in messages:
+        d = m.to_openai() if isinstance(m, Message) else m
+        calls = d.get("tool_calls") if d.get("role") == "assistant" else None
+        if calls:
+            d = {**d, "tool_calls": [_with_parsed_arguments(c) for c in calls]}
+        out.append(d)
+    return out
+
+
+def _with_parsed_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except (json.JSONDecodeError, RecursionError):
+        return call
+    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
+
+
 @dataclass
 class ChatState:
     """Per-session bookkeeping, kept in `Session.state` by model policies."""
@@ -115,9 +142,8 @@ class ChatFormat:
 
     # --- rendering ------------------------------------------------------------------------
     def render(self, messages: list[Message] | list[dict], tools: list[ToolSchema] | None, add_generation_prompt: bool) -> str:
-        dicts = [m.to_openai() if isinstance(m, Message) else m for m in messages]
         return self.tokenizer.apply_chat_template(
-            dicts,
+            template_messages(messages),
             tools=[t.to_openai() for t in tools] if tools else None,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
