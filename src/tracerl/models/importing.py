@@ -96,11 +96,16 @@ def import_model(source: str, out: str | Path, *, chat_template: str | None = No
         given = f"the template {chat_template}" if chat_template else "its own template"
         raise InputError(f"{source} with {given}: {problem}; give one that does with --chat-template "
                          f"(built-in: {', '.join(CHAT_TEMPLATES)}; or a Jinja file)")
-    # A GGUF-loaded model keeps transformers' GGUF quantizer (and its config), which refuses to save; the
-    # weights are already dense, so the model is saved as a plain one.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
+    if str(source).endswith(".gguf"):
+        # A GGUF-loaded model keeps transformers' GGUF quantizer (and its config), which refuses to save. With no
+        # GGUF matmul kernel (the `kernels` package) its weights were dequantized as loaded and are saved as a
+        # plain model's; weights kept in GGUF blocks (uint8) cannot be.
+        if any(not p.is_floating_point() for p in model.parameters()):
+            raise InputError(f"{source}: transformers kept the GGUF's weights packed (the package 'kernels' is "
+                             "installed); import it where it is not")
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
