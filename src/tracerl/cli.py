@@ -66,6 +66,7 @@ _COMMAND_MODULES = (
     "tracerl.commands.serve",  # serve
     "tracerl.commands.run",  # run, demo, eval
     "tracerl.commands.envs",  # envs, tools
+    "tracerl.commands.import_model",  # import-model
 )
 _registered = False
 

@@ -21,6 +21,7 @@ from tracerl.core.sampling import RolloutSettings
 from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
 from tracerl.models.analysis import AnalysisConfig
+from tracerl.models.importing import GGUF_BASE
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import TrainConfig, run_training_options
@@ -32,9 +33,17 @@ class Section(BaseModel):
 
 class ModelSection(Section):
     base: str = Field("tiny-agent", description="the base agent: 'tiny-agent' (the shipped embedded agent), a local "
-                      "directory or a Hugging Face model id loadable by AutoModelForCausalLM.from_pretrained")
+                      "directory or a Hugging Face model id loadable by AutoModelForCausalLM.from_pretrained, whose "
+                      "chat template renders tools (`tracerl import-model` writes one from a GGUF or with a template)")
     server_url: str | None = Field(None, description="an OpenAI-compatible server (vLLM, `tracerl serve`) for "
                                    "GRPO rollouts, with runtime LoRA loading; None = roll out in-process")
+
+    @field_validator("base")
+    @classmethod
+    def _not_gguf(cls, base: str) -> str:
+        if base.endswith(".gguf"):
+            raise ValueError(GGUF_BASE)
+        return base
 
     @model_validator(mode="before")
     @classmethod

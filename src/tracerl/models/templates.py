@@ -10,6 +10,9 @@ messages share one turn), exactly as Qwen3 does.
   assistant turn after it gets a `<think>\\n…\\n</think>\\n\\n` block (empty when there is no
   reasoning). That makes the template *not prefix-preserving*: templating a conversation after a
   new user turn changes the text of earlier assistant turns. See `tracerl.models.chat`.
+- `CHATML_TEMPLATE` is Qwen2.5's: Qwen3's turns and tool list (each tool's JSON schema) without the
+  reasoning handling, tool-call arguments as canonical JSON. It is prefix-preserving. It is the one to
+  give a ChatML model whose own template cannot render tools (`tracerl import-model --chat-template chatml`).
 - `TINY_AGENT_TEMPLATE` is the embedded tiny agent's: the same turns and tool-call syntax, no
   reasoning block, and tools listed compactly (one line per tool: name, then the parameter names,
   required ones first) so the system prompt of a small model stays short. It is prefix-preserving.
@@ -62,8 +65,7 @@ _CONTENT = r"""
         {%- set content = '' %}
     {%- endif %}"""
 
-QWEN3_TEMPLATE = (
-    r"""{%- if tools %}
+_SYSTEM_AND_TOOLS = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
     {%- if messages[0].role == 'system' %}
         {{- messages[0].content + '\n\n' }}
@@ -78,7 +80,11 @@ QWEN3_TEMPLATE = (
     {%- if messages[0].role == 'system' %}
         {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
     {%- endif %}
-{%- endif %}
+{%- endif %}"""
+
+QWEN3_TEMPLATE = (
+    _SYSTEM_AND_TOOLS
+    + r"""
 {%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
 {%- for message in messages[::-1] %}
     {%- set index = (messages|length - 1) - loop.index0 %}
@@ -159,6 +165,28 @@ TINY_AGENT_TEMPLATE = (
     {{- '<|im_start|>assistant\n' }}
 {%- endif %}"""
 )
+
+
+CHATML_TEMPLATE = (
+    _SYSTEM_AND_TOOLS
+    + r"""
+{%- for message in messages %}"""
+    + _CONTENT
+    + r"""
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\n' + content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\n' + content }}"""
+    + _TOOL_CALLS_CANONICAL
+    + _TOOL_TURNS
+    + r"""
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}"""
+)
+
+# The templates `tracerl import-model --chat-template NAME` names.
+CHAT_TEMPLATES = {"chatml": CHATML_TEMPLATE, "qwen3": QWEN3_TEMPLATE, "tiny-agent": TINY_AGENT_TEMPLATE}
 
 # Tokens every Qwen3-style tokenizer must hold as single tokens.
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

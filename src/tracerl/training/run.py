@@ -26,6 +26,7 @@ from tracerl.envs.synthetic.envdir import (
     load_target_json,
 )
 from tracerl.models.chat import ChatFormat
+from tracerl.models.importing import GGUF_BASE, TEMPLATE_ADVICE
 from tracerl.models.local import LocalPolicy, load_model, resolve_model_path
 from tracerl.models.served import ServedCheck, ServerBackend, probe_prompts
 from tracerl.training.backends import LocalBackend
@@ -49,9 +50,14 @@ def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any
     path = Path(resolve_model_path(base))
     if (path / "adapter_config.json").exists():
         raise InputError(f"{base}: is a LoRA adapter, not a base model (start from it with --adapter)")
+    if path.suffix == ".gguf":
+        raise InputError(f"{base}: {GGUF_BASE}")
     model, tokenizer = load_model(base, device=device)
     if getattr(tokenizer, "chat_template", None) is None:
         raise InputError(f"{base}: the tokenizer has no chat template")
+    problem = ChatFormat(tokenizer).tool_rendering_problem()
+    if problem is not None:
+        raise InputError(f"{base}: {problem}; {TEMPLATE_ADVICE}")
     return model, tokenizer
 
 
