@@ -47,9 +47,10 @@ class ModelSection(Section):
 
 class TargetSection(Section):
     env: str = Field("airline", description="the target environment: a built-in or installed name (`tracerl envs` "
-                     "lists them: 'airline', an entry point of the group `tracerl.envs`), 'package.module:factory' "
-                     "(a factory on the Python path that returns a tracerl.envs.base.Env; called with split=…), or "
-                     "'tau2:<domain>' (τ²-bench's own domain, played live)")
+                     "lists them: 'airline', 'toolsandbox' (ToolSandBox's offline scenarios, played live), an entry "
+                     "point of the group `tracerl.envs`), 'package.module:factory' (a factory on the Python path that "
+                     "returns a tracerl.envs.base.Env; called with split=…), or 'tau2:<domain>' (τ²-bench's own "
+                     "domain, played live)")
     policy: str | None = Field(None, description="a file of the domain's policy text (markdown): its title, rules "
                                "('Label: …' lines) and other lines replace those the target states, in the synthesized "
                                "environments' prompts and in what the LLM environment writer is given")
@@ -58,6 +59,8 @@ class TargetSection(Section):
     tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
     tau2: str | None = Field(None, description="a 'tau2:<domain>' target's settings: a YAML file of its user simulator, "
                              "judge, reward basis, … (tracerl.envs.tau2_live.Tau2Settings)")
+    toolsandbox: str | None = Field(None, description="a 'toolsandbox' target's settings: a YAML file of its user "
+                                    "simulator, splits, … (tracerl.envs.toolsandbox.ToolSandboxSettings)")
 
 
 class BaselinesSection(Section):
@@ -121,10 +124,13 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     config.target.results = resolve(config.target.results)
     config.target.tools = resolve(config.target.tools)
     config.target.tau2 = resolve(config.target.tau2)
+    config.target.toolsandbox = resolve(config.target.toolsandbox)
     config.target.policy = resolve(config.target.policy)
     config.select.capabilities = resolve(config.select.capabilities)
     if config.target.tau2 is not None and not Path(config.target.tau2).exists():
         raise InputError(f"target.tau2: no such file {config.target.tau2}", path=str(path))
+    if config.target.toolsandbox is not None and not Path(config.target.toolsandbox).exists():
+        raise InputError(f"target.toolsandbox: no such file {config.target.toolsandbox}", path=str(path))
     if config.target.policy is not None and not Path(config.target.policy).is_file():
         raise InputError(f"target.policy: no such file {config.target.policy}", path=str(path))
     if config.target.results is not None and not Path(config.target.results).exists():

@@ -59,6 +59,7 @@ from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.collect import run_collect, target_factory, task_seeds
 from tracerl.envs.loading import load_rollouts
+from tracerl.envs.registry import is_live_target
 from tracerl.envs.tau2_live import load_tau2_settings
 from tracerl.evaluation.curve import CurveInputs, run_curve
 from tracerl.evaluation.evaluate import capability_note
@@ -119,10 +120,11 @@ class Pipeline:
     def stages(self) -> list[Stage]:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
         cfg, ws = self.cfg, self.ws
-        target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
+        target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2,
+                                                      cfg.target.toolsandbox) if p is not None]
         policy: list[Path | str] = [cfg.target.policy] if cfg.target.policy is not None else []
         caps = self.trained_envs()
-        live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
+        live_tools = is_live_target(cfg.target.env) and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
             self.stage("collect", target_files, [ws.base_rollouts]),
             self.stage("select", [ws.base_rollouts] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
@@ -254,6 +256,8 @@ class StageFunctions:
     @staticmethod
     def target_env(c: View, split: str) -> Callable[[], Any]:
         settings = load_tau2_settings(c.target.tau2) if c.target.env.startswith("tau2:") and c.target.tau2 else None
+        if c.target.toolsandbox is not None:  # ToolSandBox's settings file, read by its factory
+            settings = {"settings": c.target.toolsandbox}
         return target_factory(c.target.env, split, settings)
 
     @staticmethod
@@ -316,9 +320,9 @@ class StageFunctions:
 
     def synthesize(self, c: View) -> dict[str, Any]:
         cfg = c.synthesize
-        if c.target.env.startswith("tau2:") and c.target.tools is None:  # the live domain states its own tools
+        if is_live_target(c.target.env) and c.target.tools is None:  # the live benchmark states its own tools
             played = read_jsonl(self.ws.base_rollouts, Trajectory)
-            target = target_from_live_env(self.target_env(c, "train")(), played)
+            target = target_from_live_env(self.target_env(c, "train")(), played, source=c.target.env)
         else:
             target = load_target(c.target.tools or c.target.env, policy=c.target.policy)
         llm = c.analysis if cfg.generator == "llm" or _configured(c.analysis) else None

@@ -1,7 +1,8 @@
 """`run_evaluate`: one variant played on the target's held-out tasks, written as `eval/<variant>.json`
 (its `EvalResult`), `eval/<variant>.jsonl` (the episodes) and, for a τ²-bench target, τ²-bench's own
-results file — what the pipeline's eval stage calls for `tracerl run` and `tracerl eval` alike, with
-one `EvalConfig` (the run config's `eval:` section).
+results file (for a target with a results format of its own, `Env.write_results`, e.g. ToolSandBox:
+`eval/<env name>/<variant>/`) — what the pipeline's eval stage calls for `tracerl run` and
+`tracerl eval` alike, with one `EvalConfig` (the run config's `eval:` section).
 """
 
 from __future__ import annotations
@@ -86,5 +87,7 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
     write_jsonl(out_dir / f"{stem}.jsonl", trajectories)
     if tau2_results:  # τ²-bench's own results file too, for its tools (`tau2 view`)
         write_tau2_results(out_dir / "tau2" / f"{stem}.json", make_env(), trajectories, agent=variant.name)
+    env = make_env()
+    env.write_results(out_dir / env.name / stem, trajectories, agent=variant.name)  # the benchmark's own, if any
     result.write(out_dir / f"{stem}.json")
     return result
