@@ -4,7 +4,7 @@ inside functions included, read from the source (nothing is imported to build th
 - no import cycle between modules, nor between packages;
 - `core` imports nothing else of tracerl; `contracts` imports only `core`; `envs` only `core` and
   `contracts`; `models` only those and `envs`;
-- the stage packages (selection, synthesis, training, composition, evaluation, serve) import only
+- the stage packages (selection, synthesis, training, composition, evaluation, serve, baselines) import only
   `core`, `contracts`, `envs` and `models`, never each other;
 - no module outside the environment registry and the domain itself imports a particular domain;
 - library modules import at the top: an import inside a function is for the command modules
@@ -22,7 +22,7 @@ import pytest
 
 SRC = Path(__file__).parents[1] / "src"
 PACKAGE = SRC / "tracerl"
-STAGE_PACKAGES = {"selection", "synthesis", "training", "composition", "evaluation", "serve"}
+STAGE_PACKAGES = {"selection", "synthesis", "training", "composition", "evaluation", "serve", "baselines"}
 ALLOWED = {
     "core": set(),
     "contracts": {"core"},

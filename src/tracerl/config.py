@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tracerl.baselines.config import GepaConfig
 from tracerl.composition.stage import ComposeConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
@@ -67,6 +68,9 @@ class BaselinesSection(Section):
     grpo_target: bool = Field(True, description="GRPO on the target's train split with TRACE's rollout budget")
     prompt_capabilities: bool = Field(True, description="the base model with the capability descriptions in its prompt")
     single_adapters: bool = Field(True, description="evaluate each capability adapter alone")
+    gepa: bool = Field(True, description="GEPA (the `gepa` package) optimising the agent's system prompt with the "
+                       "analysis model as its reflection model, at TRACE's rollout budget (`gepa:` settings); "
+                       "skipped, with a note, when no analysis model is configured")
 
 
 class TrainSection(TrainConfig):
@@ -97,6 +101,7 @@ class RunConfig(Section):
         "signal; marked too); false = `tracerl run` stops before training one, exit 2")
     compose: ComposeConfig = Field(default_factory=ComposeConfig)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
+    gepa: GepaConfig = Field(default_factory=GepaConfig, description="GEPA's settings (baselines.gepa)")
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def to_yaml(self) -> str:

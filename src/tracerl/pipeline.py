@@ -1,7 +1,7 @@
 """`tracerl run`: the whole TRACE loop as resumable stages in one workspace folder.
 
-    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → curve
-    → eval:<variant>… → report
+    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → gepa
+    → curve → eval:<variant>… → report
 
 Each stage reads only earlier stages' files, writes its own atomically and is skipped when its
 outputs exist and its inputs and config are unchanged (`tracerl.stages`). A stage function is
@@ -10,7 +10,8 @@ of them. Training resumes from its last checkpoint, so killing a run anywhere an
 again loses at most one step. An environment that calibration rejected stops the run before it
 is trained, unless the config says `train_rejected: true` (or `informative`: not one whose
 calibration groups all had equal rewards, where GRPO gets no gradient). The workspace's layout is
-`tracerl.contracts.Workspace`'s.
+`tracerl.contracts.Workspace`'s. GEPA runs only with an analysis model (its reflection model);
+without one it is skipped with a one-line note.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tracerl.baselines.gepa import Reflection, run_gepa, seed_prompt
 from tracerl.composition.stage import (
     ComposeInputs,
     fits_target_openings,
@@ -52,6 +54,7 @@ from tracerl.contracts import (
     GateData,
     Workspace,
     composition_mode_of_variant,
+    PromptOptimization,
     read_metrics,
 )
 from tracerl.core.errors import InputError
@@ -75,7 +78,9 @@ from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
 from tracerl.training.stage import TrainEnv, run_train
 
-STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "curve", "eval", "report")
+STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "gepa", "curve", "eval", "report")
+GEPA_SKIPPED = ("gepa: skipped — it needs an analysis model as its reflection model (analysis.base_url and "
+                "analysis.model, or $OPENAI_BASE_URL and $TRACERL_LLM_MODEL)")
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
@@ -84,6 +89,7 @@ SECTIONS = {
     "train": ["seed", "model", "rollout", "train"],
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
     "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
+    "gepa": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "analysis", "gepa"],
     "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
@@ -145,6 +151,9 @@ class Pipeline:
         if cfg.baselines.grpo_target:
             out.append(self.stage("grpo_target", [*adapters, ws.gate_summary, *target_files],
                                   [grpo / ADAPTER_WEIGHTS, grpo / METRICS_FILE]))
+        if self.runs_gepa():
+            out.append(self.stage("gepa", [*adapters, ws.gate_summary, ws.base_rollouts, *target_files],
+                                  [ws.gepa_result]))
         if cfg.compose.modes:
             mode = trace_mode(cfg.compose.modes)
             out.append(self.stage("curve", [*self.composed_inputs(mode), ws.gate_summary, *target_files]
@@ -188,10 +197,16 @@ class Pipeline:
             variants["grpo_target"] = [ws.baseline("grpo_target") / ADAPTER_WEIGHTS, base]
         if cfg.baselines.prompt_capabilities:
             variants["prompt_capabilities"] = [ws.capabilities, base]
+        if self.runs_gepa():
+            variants["gepa"] = [ws.gepa_result, base]
         if cfg.baselines.single_adapters:
             for cap in caps:
                 variants[f"adapter:{cap}"] = [ws.adapter(cap) / ADAPTER_WEIGHTS, base]
         return variants
+
+    def runs_gepa(self) -> bool:
+        """GEPA runs when it is on and an analysis model (its reflection model) is configured."""
+        return self.cfg.baselines.gepa and _configured(self.cfg.analysis)
 
     def run(self, *, force: set[str] = frozenset(), only: set[str] | None = None,
             on_stage: Callable[[str, bool, dict], None] | None = None) -> None:
@@ -202,6 +217,8 @@ class Pipeline:
             raise InputError(f"unknown stage {sorted(unknown)[0]!r} (stages: {', '.join(STAGES)})")
         self.ws.root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.ws.config, self.cfg.to_yaml())
+        if self.cfg.baselines.gepa and not self.runs_gepa() and self.cfg.target.results is None:
+            self.stage_fns.console.print(f"[yellow]{GEPA_SKIPPED}[/]", highlight=False, soft_wrap=True)
         done: set[str] = set()
         while True:
             pending = [s for s in self.stages() if s.name not in done]
@@ -386,6 +403,26 @@ class StageFunctions:
         return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
                                    max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
 
+    def gepa(self, c: View) -> dict[str, Any]:
+        """GEPA's system prompt within TRACE's rollout budget on the target's train split; its running-best
+        prompts are also played on the validation episodes GRPO-on-target's checkpoints are measured on."""
+        analysis = c.analysis.resolved()  # the stage exists only with an analysis model (`Pipeline.runs_gepa`)
+        budget = c.gepa.max_rollouts or self.trace_rollouts(c)
+        reflection = Reflection(base_url=analysis.base_url, model=analysis.model, api_key=analysis.api_key,
+                                temperature=c.gepa.reflection_temperature, max_tokens=c.gepa.reflection_max_tokens,
+                                seed=c.seed)
+        seed_text = seed_prompt(read_jsonl(self.ws.base_rollouts, Trajectory))
+        make_env = self.target_env(c, "train")
+        with _progress(self.console, "gepa (rollouts)", budget) as bar, \
+                self._eval_policy(c, make_env, c.gepa.temperature, {}) as policy:  # the base model, in-process or served
+            result = run_gepa(make_env=make_env, policy=policy, config=c.gepa, budget=budget, reflection=reflection,
+                              seed_text=seed_text, seed=c.seed, curve_seeds=self.validation_seeds(c),
+                              batch_size=c.rollout.batch_size, on_rollout=bar.update)
+        result.write(self.ws.gepa_result)
+        best = result.candidates[result.best]
+        return {"rollouts_used": result.rollouts_used, "budget": budget, "candidates": len(result.candidates),
+                "best": result.best, "best_val_score": best.val_score, "seed_val_score": result.candidates[0].val_score}
+
     def curve(self, c: View) -> dict[str, Any]:
         mode = COMPOSITION_MODES[trace_mode(c.compose.modes)]
         gate = self.ws.gate_summary
@@ -425,6 +462,9 @@ class StageFunctions:
             folder = self.ws.baseline("grpo_target") if variant == "grpo_target" else self.ws.adapter(name)
             return EvalVariant(variant, adapters={name: folder},
                                rollouts_used=read_metrics(folder / METRICS_FILE)[-1].rollouts_used)
+        if variant == "gepa":
+            result = PromptOptimization.read(self.ws.gepa_result)
+            return EvalVariant(variant, system_prompt=result.best_prompt, rollouts_used=result.rollouts_used)
         if variant == "prompt_capabilities":
             return EvalVariant(variant, note=capability_note(self.selected()))
         return EvalVariant(variant)

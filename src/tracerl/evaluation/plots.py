@@ -25,6 +25,7 @@ COLORS = {
     "base": "#868e96",
     "prompt_capabilities": "#2f9e44",
     "grpo_target": "#1971c2",
+    "gepa": "#0c8599",
     "adapter": "#b197fc",
     "trace_router": "#f08c00",
     "trace_moe": "#e8590c",

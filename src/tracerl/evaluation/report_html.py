@@ -217,9 +217,13 @@ def _headline(data: ReportData) -> str:
         _variant_card("GRPO on target (same budget)", ev.get("grpo_target"), extra=grpo_extra),
         _variant_card("Prompt with capabilities", ev.get("prompt_capabilities")),
     ]
+    if "gepa" in ev:
+        cards.append(_variant_card("GEPA prompt (same budget)", ev["gepa"]))
     if data.composition is not None:
         cards.append(_routing_card(data))
     note = "" if ev else _missing(data, "evaluation", "the eval stage has not run yet.")
+    if "gepa" in data.missing:
+        note += f'<p class="note">{esc(data.missing["gepa"])}</p>'
     return f'<section id="headline" class="cards">{"".join(cards)}</section>{note}'
 
 
