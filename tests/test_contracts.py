@@ -26,7 +26,8 @@ def samples() -> dict[str, Contract]:
 NAMES = ["capabilities.json", "envs/index.json", "envs/tool_call_precision/env.json",
          "envs/tool_call_precision/target.json", "envs/tool_call_precision/checks.json",
          "envs/tool_call_precision/calibration.json", "adapters/tool_call_precision/train_config.json", "gate_data/summary.json",
-         "composed/composition.json", "eval/adapter-tool_call_precision.json", "curve/curve.json", "report/report.json"]
+         "composed/composition.json", "eval/adapter-tool_call_precision.json", "curve/curve.json",
+         "baselines/gepa/result.json", "report/report.json"]
 
 
 @pytest.mark.parametrize("name", NAMES)

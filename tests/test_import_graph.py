@@ -4,12 +4,12 @@ inside functions included, read from the source (nothing is imported to build th
 - no import cycle between modules, nor between packages;
 - `core` imports nothing else of tracerl; `contracts` imports only `core`; `envs` only `core` and
   `contracts`; `models` only those and `envs`;
-- the stage packages (selection, synthesis, training, composition, evaluation, serve) import only
+- the stage packages (selection, synthesis, training, composition, evaluation, serve, baselines) import only
   `core`, `contracts`, `envs` and `models`, never each other;
 - no module outside the environment registry and the domain itself imports a particular domain;
 - library modules import at the top: an import inside a function is for the command modules
-  (`tracerl.cli`, `tracerl.commands`: start-up time), optional extras, and the τ²-bench bridge, which
-  runs in τ²-bench's own interpreter.
+  (`tracerl.cli`, `tracerl.commands`: start-up time), optional extras, and the τ²-bench and ToolSandBox
+  bridges, which run in the benchmark's own interpreter.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 SRC = Path(__file__).parents[1] / "src"
 PACKAGE = SRC / "tracerl"
-STAGE_PACKAGES = {"selection", "synthesis", "training", "composition", "evaluation", "serve"}
+STAGE_PACKAGES = {"selection", "synthesis", "training", "composition", "evaluation", "serve", "baselines"}
 ALLOWED = {
     "core": set(),
     "contracts": {"core"},
@@ -30,11 +30,12 @@ ALLOWED = {
     "models": {"core", "contracts", "envs"},
     **{stage: {"core", "contracts", "envs", "models"} for stage in STAGE_PACKAGES},
 }
-DOMAINS = {"tracerl.envs.airline", "tracerl.envs.code"}  # built-in domains: only the registry and the domain itself import them
+# built-in domains: only the registry and the domain itself import them
+DOMAINS = {"tracerl.envs.airline", "tracerl.envs.code", "tracerl.envs.toolsandbox", "tracerl.envs.toolsandbox_bridge"}
 REGISTRY = "tracerl.envs.registry"
 # Imports inside functions allowed outside the command modules: optional extras, and modules that run in
-# another interpreter (the τ²-bench bridge runs in τ²-bench's).
-INNER_IMPORT_MODULES = {"tracerl.envs.tau2_bridge"}
+# another interpreter (the τ²-bench bridge runs in τ²-bench's, the ToolSandBox bridge in ToolSandBox's).
+INNER_IMPORT_MODULES = {"tracerl.envs.tau2_bridge", "tracerl.envs.toolsandbox_bridge"}
 OPTIONAL_EXTRAS = {"vllm", "trl", "gepa"}
 
 

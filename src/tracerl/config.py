@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tracerl.baselines.config import GepaConfig
 from tracerl.composition.stage import ComposeConfig
 from tracerl.core.config_file import load_config_file
 from tracerl.core.errors import InputError
@@ -56,9 +57,10 @@ class ModelSection(Section):
 
 class TargetSection(Section):
     env: str = Field("airline", description="the target environment: a built-in or installed name (`tracerl envs` "
-                     "lists them: 'airline', an entry point of the group `tracerl.envs`), 'package.module:factory' "
-                     "(a factory on the Python path that returns a tracerl.envs.base.Env; called with split=…), or "
-                     "'tau2:<domain>' (τ²-bench's own domain, played live)")
+                     "lists them: 'airline', 'toolsandbox' (ToolSandBox's offline scenarios, played live), an entry "
+                     "point of the group `tracerl.envs`), 'package.module:factory' (a factory on the Python path that "
+                     "returns a tracerl.envs.base.Env; called with split=…), or 'tau2:<domain>' (τ²-bench's own "
+                     "domain, played live)")
     policy: str | None = Field(None, description="a file of the domain's policy text (markdown): its title, rules "
                                "('Label: …' lines) and other lines replace those the target states, in the synthesized "
                                "environments' prompts and in what the LLM environment writer is given")
@@ -67,6 +69,8 @@ class TargetSection(Section):
     tools: str | None = Field(None, description="a τ²-bench tools.json for a target that is not built in")
     tau2: str | None = Field(None, description="a 'tau2:<domain>' target's settings: a YAML file of its user simulator, "
                              "judge, reward basis, … (tracerl.envs.tau2_live.Tau2Settings)")
+    toolsandbox: str | None = Field(None, description="a 'toolsandbox' target's settings: a YAML file of its user "
+                                    "simulator, splits, … (tracerl.envs.toolsandbox.ToolSandboxSettings)")
 
 
 class BaselinesSection(Section):
@@ -76,6 +80,9 @@ class BaselinesSection(Section):
                          "rollout budget; a target with a `reward` option (the code domain)")
     prompt_capabilities: bool = Field(True, description="the base model with the capability descriptions in its prompt")
     single_adapters: bool = Field(True, description="evaluate each capability adapter alone")
+    gepa: bool = Field(True, description="GEPA (the `gepa` package) optimising the agent's system prompt with the "
+                       "analysis model as its reflection model, at TRACE's rollout budget (`gepa:` settings); "
+                       "skipped, with a note, when no analysis model is configured")
 
 
 class TrainSection(TrainConfig):
@@ -106,6 +113,7 @@ class RunConfig(Section):
         "signal; marked too); false = `tracerl run` stops before training one, exit 2")
     compose: ComposeConfig = Field(default_factory=ComposeConfig)
     baselines: BaselinesSection = Field(default_factory=BaselinesSection)
+    gepa: GepaConfig = Field(default_factory=GepaConfig, description="GEPA's settings (baselines.gepa)")
     eval: EvalConfig = Field(default_factory=EvalConfig)
 
     def to_yaml(self) -> str:
@@ -133,10 +141,13 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     config.target.results = resolve(config.target.results)
     config.target.tools = resolve(config.target.tools)
     config.target.tau2 = resolve(config.target.tau2)
+    config.target.toolsandbox = resolve(config.target.toolsandbox)
     config.target.policy = resolve(config.target.policy)
     config.select.capabilities = resolve(config.select.capabilities)
     if config.target.tau2 is not None and not Path(config.target.tau2).exists():
         raise InputError(f"target.tau2: no such file {config.target.tau2}", path=str(path))
+    if config.target.toolsandbox is not None and not Path(config.target.toolsandbox).exists():
+        raise InputError(f"target.toolsandbox: no such file {config.target.toolsandbox}", path=str(path))
     if config.target.policy is not None and not Path(config.target.policy).is_file():
         raise InputError(f"target.policy: no such file {config.target.policy}", path=str(path))
     if config.target.results is not None and not Path(config.target.results).exists():

@@ -14,6 +14,7 @@
     composed*/composition.json             CompositionSpec — step 4, `tracerl compose`
     eval/<variant>.json                    EvalResult — `tracerl eval`
     curve/curve.json                       TraceCurve — TRACE's sample-efficiency points (the pipeline)
+    baselines/gepa/result.json             PromptOptimization — GEPA's system prompt (the pipeline)
     report/report.json                     ReportSummary — `tracerl report`
 
 `Workspace` names every one of these paths in a run's folder; nothing else spells them out.
@@ -637,6 +638,42 @@ class TraceCurve(Contract):
     note: str | None = Field(None, description="Why there are no points (e.g. no snapshots, evaluation off).")
 
 
+class PromptCandidate(Record):
+    """One system prompt GEPA kept, scored on its validation tasks."""
+
+    prompt: str
+    parents: list[int] = Field(description="Indices of the candidates it was proposed from (none for the seed).")
+    val_score: float = Field(description="Mean reward on GEPA's validation tasks (train split).")
+    discovered_at: int = Field(ge=0, description="Rollouts GEPA had consumed when it found this candidate.")
+    curve_passed: int | None = Field(None, ge=0, description="Validation episodes of the sample-efficiency curve it "
+                                     "passed (running-best candidates only).")
+    curve_episodes: int | None = Field(None, ge=1, description="Those episodes it played, greedy.")
+
+
+class PromptOptimization(Contract):
+    """baselines/gepa/result.json: GEPA's optimisation of the agent's system prompt at a rollout budget."""
+
+    optimizer: str = Field(description="e.g. 'gepa 0.1.4'")
+    reflection: dict[str, Any] = Field(description="The reflection model's endpoint (base_url, model).")
+    budget: int = Field(ge=1, description="Rollouts allowed (TRACE's unless gepa.max_rollouts is set).")
+    rollouts_used: int = Field(ge=0, description="Episodes GEPA played (never above the budget).")
+    train_seeds: list[int] = Field(description="Train-split task seeds its reflection minibatches came from.")
+    val_seeds: list[int] = Field(description="Train-split task seeds candidates were scored on.")
+    reflection_minibatch_size: int
+    reflection_calls: int = Field(ge=0, description="Requests to the reflection model.")
+    seed_prompt: str = Field(description="The target's own system prompt, candidate 0.")
+    candidates: list[PromptCandidate]
+    best: int = Field(ge=0, description="Index of the candidate with the highest validation score: the `gepa` variant.")
+    curve_seeds: list[int] = Field(description="Train-split seeds the running-best candidates were played on: the "
+                                   "validation episodes of GRPO-on-target's checkpoints and TRACE's curve, which "
+                                   "GEPA neither trains nor selects on.")
+    log: str = Field("", description="GEPA's own log lines.")
+
+    @property
+    def best_prompt(self) -> str:
+        return self.candidates[self.best].prompt
+
+
 def eval_file_stem(variant: str) -> str:
     """eval/<stem>.json of a variant: ':' becomes '-' (`adapter:x` → `adapter-x`)."""
     return variant.replace(":", "-")
@@ -736,6 +773,7 @@ class Headline(Record):
     base: HeadlineEntry | None
     grpo_target: HeadlineEntry | None
     prompt_capabilities: HeadlineEntry | None
+    gepa: HeadlineEntry | None = Field(None, description="GEPA's optimised system prompt, at TRACE's budget.")
     trace_vs_grpo_target: Interval | None = Field(description="Paired difference over tasks, TRACE − GRPO-on-target.")
     swe_rl: HeadlineEntry | None = Field(None, description="SWE-RL's baseline (`baselines.swe_rl`), where it ran.")
     trace_vs_swe_rl: Interval | None = Field(None, description="Paired difference over tasks, TRACE − SWE-RL.")
@@ -784,7 +822,7 @@ class SampleEfficiency(Record):
                                           "SWE-RL's reward), by step, where it ran.")
     best: dict[str, BestCheckpoint] = Field(description="Method → the checkpoint its validation curve chooses.")
     test: dict[str, Interval] = Field(description="Variant → pass^1 on the test tasks at its final budget "
-                                      "(eval/<variant>.json): base, TRACE, GRPO on the target, SWE-RL.")
+                                      "(eval/<variant>.json): base, TRACE, GRPO on the target, SWE-RL, GEPA.")
     test_tasks: int = Field(description="Test tasks those were measured on.")
     note: str | None = Field(None, description="Why a curve is missing, when one is.")
 
@@ -851,9 +889,10 @@ class Workspace:
         adapters/<c>/                    step 3 (PEFT adapter, metrics.jsonl, checkpoints, snapshots/step_<n>/)
         gate_data/                       the adapters' rollouts or openings the compositions learn from
         composed*/                       step 4, one folder per composition mode (`COMPOSITION_MODES`)
-        baselines/<name>/                a baseline trained at TRACE's rollout budget (grpo_target, swe_rl)
+        baselines/<name>/                a baseline trained at TRACE's rollout budget (grpo_target, swe_rl; gepa/result.json)
         curve/                           the sample-efficiency points (curve.json, step_<n>/, step_<n>.jsonl)
-        eval/<variant>.json|.jsonl       held-out evaluation (eval/tau2/<variant>.json: τ²-bench's results file)
+        eval/<variant>.json|.jsonl       held-out evaluation (eval/tau2/<variant>.json: τ²-bench's results file;
+                                         eval/toolsandbox/<variant>/: a ToolSandBox run folder)
         report/index.html, report.json   the report
         .stages/<stage>.json             what each finished stage ran with (`tracerl.stages`)
 
@@ -918,6 +957,10 @@ class Workspace:
     # baselines, curve, evaluation, report
     def baseline(self, name: str) -> Path:
         return self.root / "baselines" / name
+
+    @property
+    def gepa_result(self) -> Path:
+        return self.baseline("gepa") / "result.json"
 
     @property
     def curve(self) -> Path:

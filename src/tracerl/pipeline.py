@@ -1,6 +1,6 @@
 """`tracerl run`: the whole TRACE loop as resumable stages in one workspace folder.
 
-    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → swe_rl
+    collect → select → synthesize (+calibrate) → train:<capability>… → compose → grpo_target → swe_rl → gepa
     → curve → eval:<variant>… → report
 
 Each stage reads only earlier stages' files, writes its own atomically and is skipped when its
@@ -10,7 +10,8 @@ of them. Training resumes from its last checkpoint, so killing a run anywhere an
 again loses at most one step. An environment that calibration rejected stops the run before it
 is trained, unless the config says `train_rejected: true` (or `informative`: not one whose
 calibration groups all had equal rewards, where GRPO gets no gradient). The workspace's layout is
-`tracerl.contracts.Workspace`'s.
+`tracerl.contracts.Workspace`'s. GEPA runs only with an analysis model (its reflection model);
+without one it is skipped with a one-line note.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from tracerl.baselines.gepa import Reflection, run_gepa, seed_prompt
 from tracerl.composition.stage import (
     ComposeInputs,
     fits_target_openings,
@@ -52,6 +54,7 @@ from tracerl.contracts import (
     GateData,
     Workspace,
     composition_mode_of_variant,
+    PromptOptimization,
     read_metrics,
 )
 from tracerl.core.errors import InputError
@@ -59,6 +62,7 @@ from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.collect import run_collect, target_factory, task_seeds
 from tracerl.envs.loading import load_rollouts
+from tracerl.envs.registry import is_live_target
 from tracerl.envs.tau2_live import load_tau2_settings
 from tracerl.evaluation.curve import CurveInputs, run_curve
 from tracerl.evaluation.evaluate import capability_note
@@ -74,8 +78,10 @@ from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
 from tracerl.training.stage import TrainEnv, run_train
 
-STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "swe_rl", "curve", "eval", "report")
+STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "swe_rl", "gepa", "curve", "eval", "report")
 BASELINES = ("grpo_target", "swe_rl")  # GRPO on the target at TRACE's rollout budget: its own reward, SWE-RL's
+GEPA_SKIPPED = ("gepa: skipped — it needs an analysis model as its reflection model (analysis.base_url and "
+                "analysis.model, or $OPENAI_BASE_URL and $TRACERL_LLM_MODEL)")
 # The RunConfig sections each stage reads: its function gets only these, its key is all of them.
 SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
@@ -85,6 +91,7 @@ SECTIONS = {
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
     "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
     "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],
+    "gepa": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "analysis", "gepa"],
     "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
@@ -121,10 +128,11 @@ class Pipeline:
     def stages(self) -> list[Stage]:
         """The stages runnable now (later stages depend on what earlier ones wrote)."""
         cfg, ws = self.cfg, self.ws
-        target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2) if p is not None]
+        target_files: list[Path | str] = [p for p in (cfg.target.results, cfg.target.tools, cfg.target.tau2,
+                                                      cfg.target.toolsandbox) if p is not None]
         policy: list[Path | str] = [cfg.target.policy] if cfg.target.policy is not None else []
         caps = self.trained_envs()
-        live_tools = cfg.target.env.startswith("tau2:") and cfg.target.tools is None  # read off the live target
+        live_tools = is_live_target(cfg.target.env) and cfg.target.tools is None  # read off the live target
         out: list[Stage] = [
             self.stage("collect", target_files, [ws.base_rollouts]),
             self.stage("select", [ws.base_rollouts] + ([cfg.select.capabilities] if cfg.select.capabilities else []),
@@ -144,6 +152,9 @@ class Pipeline:
         for baseline in (b for b in BASELINES if getattr(cfg.baselines, b)):
             out.append(self.stage(baseline, [*adapters, ws.gate_summary, *target_files],
                                   [ws.baseline(baseline) / ADAPTER_WEIGHTS, ws.baseline(baseline) / METRICS_FILE]))
+        if self.runs_gepa():
+            out.append(self.stage("gepa", [*adapters, ws.gate_summary, ws.base_rollouts, *target_files],
+                                  [ws.gepa_result]))
         if cfg.compose.modes:
             mode = trace_mode(cfg.compose.modes)
             out.append(self.stage("curve", [*self.composed_inputs(mode), ws.gate_summary, *target_files]
@@ -187,10 +198,16 @@ class Pipeline:
             variants[baseline] = [ws.baseline(baseline) / ADAPTER_WEIGHTS, base]
         if cfg.baselines.prompt_capabilities:
             variants["prompt_capabilities"] = [ws.capabilities, base]
+        if self.runs_gepa():
+            variants["gepa"] = [ws.gepa_result, base]
         if cfg.baselines.single_adapters:
             for cap in caps:
                 variants[f"adapter:{cap}"] = [ws.adapter(cap) / ADAPTER_WEIGHTS, base]
         return variants
+
+    def runs_gepa(self) -> bool:
+        """GEPA runs when it is on and an analysis model (its reflection model) is configured."""
+        return self.cfg.baselines.gepa and _configured(self.cfg.analysis)
 
     def run(self, *, force: set[str] = frozenset(), only: set[str] | None = None,
             on_stage: Callable[[str, bool, dict], None] | None = None) -> None:
@@ -201,6 +218,8 @@ class Pipeline:
             raise InputError(f"unknown stage {sorted(unknown)[0]!r} (stages: {', '.join(STAGES)})")
         self.ws.root.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.ws.config, self.cfg.to_yaml())
+        if self.cfg.baselines.gepa and not self.runs_gepa() and self.cfg.target.results is None:
+            self.stage_fns.console.print(f"[yellow]{GEPA_SKIPPED}[/]", highlight=False, soft_wrap=True)
         done: set[str] = set()
         while True:
             pending = [s for s in self.stages() if s.name not in done]
@@ -255,6 +274,8 @@ class StageFunctions:
     @staticmethod
     def target_env(c: View, split: str) -> Callable[[], Any]:
         settings = load_tau2_settings(c.target.tau2) if c.target.env.startswith("tau2:") and c.target.tau2 else None
+        if c.target.toolsandbox is not None:  # ToolSandBox's settings file, read by its factory
+            settings = {"settings": c.target.toolsandbox}
         return target_factory(c.target.env, split, settings)
 
     @staticmethod
@@ -317,9 +338,9 @@ class StageFunctions:
 
     def synthesize(self, c: View) -> dict[str, Any]:
         cfg = c.synthesize
-        if c.target.env.startswith("tau2:") and c.target.tools is None:  # the live domain states its own tools
+        if is_live_target(c.target.env) and c.target.tools is None:  # the live benchmark states its own tools
             played = read_jsonl(self.ws.base_rollouts, Trajectory)
-            target = target_from_live_env(self.target_env(c, "train")(), played)
+            target = target_from_live_env(self.target_env(c, "train")(), played, source=c.target.env)
         else:
             target = load_target(c.target.tools or c.target.env, policy=c.target.policy)
         llm = c.analysis if cfg.generator == "llm" or _configured(c.analysis) else None
@@ -394,6 +415,26 @@ class StageFunctions:
         return self._train_adapter(c, env, self.ws.baseline("swe_rl"), label="swe_rl",
                                    max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
 
+    def gepa(self, c: View) -> dict[str, Any]:
+        """GEPA's system prompt within TRACE's rollout budget on the target's train split; its running-best
+        prompts are also played on the validation episodes GRPO-on-target's checkpoints are measured on."""
+        analysis = c.analysis.resolved()  # the stage exists only with an analysis model (`Pipeline.runs_gepa`)
+        budget = c.gepa.max_rollouts or self.trace_rollouts(c)
+        reflection = Reflection(base_url=analysis.base_url, model=analysis.model, api_key=analysis.api_key,
+                                temperature=c.gepa.reflection_temperature, max_tokens=c.gepa.reflection_max_tokens,
+                                seed=c.seed)
+        seed_text = seed_prompt(read_jsonl(self.ws.base_rollouts, Trajectory))
+        make_env = self.target_env(c, "train")
+        with _progress(self.console, "gepa (rollouts)", budget) as bar, \
+                self._eval_policy(c, make_env, c.gepa.temperature, {}) as policy:  # the base model, in-process or served
+            result = run_gepa(make_env=make_env, policy=policy, config=c.gepa, budget=budget, reflection=reflection,
+                              seed_text=seed_text, seed=c.seed, curve_seeds=self.validation_seeds(c),
+                              batch_size=c.rollout.batch_size, on_rollout=bar.update)
+        result.write(self.ws.gepa_result)
+        best = result.candidates[result.best]
+        return {"rollouts_used": result.rollouts_used, "budget": budget, "candidates": len(result.candidates),
+                "best": result.best, "best_val_score": best.val_score, "seed_val_score": result.candidates[0].val_score}
+
     def curve(self, c: View) -> dict[str, Any]:
         mode = COMPOSITION_MODES[trace_mode(c.compose.modes)]
         gate = self.ws.gate_summary
@@ -433,6 +474,9 @@ class StageFunctions:
             folder = self.ws.baseline(variant) if variant in BASELINES else self.ws.adapter(name)
             return EvalVariant(variant, adapters={name: folder},
                                rollouts_used=read_metrics(folder / METRICS_FILE)[-1].rollouts_used)
+        if variant == "gepa":
+            result = PromptOptimization.read(self.ws.gepa_result)
+            return EvalVariant(variant, system_prompt=result.best_prompt, rollouts_used=result.rollouts_used)
         if variant == "prompt_capabilities":
             return EvalVariant(variant, note=capability_note(self.selected()))
         return EvalVariant(variant)

@@ -57,7 +57,7 @@ def test_a_factory_spec_makes_the_environment(on_path: Path) -> None:
     ("library_env:POLICY", "environment 'library_env:POLICY': 'library_env:POLICY' is not callable"),
     ("library_env:generate_task", "environment 'library_env:generate_task': TypeError"),
     ("library_env:LibraryTools", "the factory returned LibraryTools, not a tracerl.envs.base.Env"),
-    ("libary", "unknown environment 'libary' (known: airline, code, tau2:<domain>, or package.module:factory)"),
+    ("libary", "unknown environment 'libary' (known: airline, code, toolsandbox, tau2:<domain>, or package.module:factory)"),
 ])
 def test_a_bad_spec_is_one_line_and_exit_2(on_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                            spec: str, expected: str) -> None:

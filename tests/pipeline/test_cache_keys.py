@@ -22,7 +22,8 @@ from tracerl.pipeline import SECTIONS, Pipeline
 from tracerl.stages import Stage, View, fingerprint, is_complete
 
 CAPS = ["cap_a", "cap_b"]
-CONFIG = {"baselines": {"single_adapters": True, "swe_rl": True}}  # every kind of stage present
+CONFIG = {"baselines": {"single_adapters": True, "swe_rl": True},  # every kind of stage present (gepa needs an analysis model)
+          "analysis": {"base_url": "http://127.0.0.1:9/v1", "model": "reflector"}}
 
 
 def leaf_fields(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

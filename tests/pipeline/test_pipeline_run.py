@@ -49,10 +49,15 @@ def _results(ws: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
+def test_pipeline_end_to_end_then_cached(tmp_path, capsys, monkeypatch):
+    for name in ("OPENAI_BASE_URL", "TRACERL_LLM_MODEL", "OPENAI_MODEL"):  # no analysis model: GEPA is skipped
+        monkeypatch.delenv(name, raising=False)
     ws = tmp_path / "ws"
     assert main(["run", str(_config(tmp_path)), "-w", str(ws), "--json"]) == 0
-    log = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    log = json.loads(captured.out)
+    notes = [line for line in captured.err.splitlines() if "gepa" in line]
+    assert len(notes) == 1 and "gepa: skipped — it needs an analysis model" in notes[0]
     stages = [s["stage"] for s in log["stages"]]
     selected = read_json(ws / "capabilities.json")
     caps = [c["name"] for c in selected["capabilities"] if c["selected"]]
@@ -87,6 +92,7 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys):
     assert [(p["step"], p["rollouts"]) for p in efficiency["trace"]] == [(0, 0), (2, trace_budget)]
     assert efficiency["test"]["trace_moe"]["mean"] == report["evaluation"]["trace_moe"]["pass1"]["mean"]
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
+    assert "gepa" not in stages and report["missing"]["gepa"].startswith("GEPA (baselines.gepa) did not run")
     assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())
     assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()
     # every file passed between the stages reads through its contract, and none lacks one

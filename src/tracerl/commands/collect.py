@@ -23,8 +23,8 @@ from tracerl.core.errors import InputError
 
 
 def collect(
-    env: Annotated[str, typer.Option(help="Environment: a name (`tracerl envs` lists them), package.module:factory, or tau2:<domain> (τ²-bench played live; needs --tau2).")] = "airline",
-    policy: Annotated[str, typer.Option(help="Policy spec: model[:PATH] | remote:URL[#MODEL] | a reference policy of the environment (airline: oracle, flawed[:p1,p2,p3,p4]).")] = "oracle",
+    env: Annotated[str, typer.Option(help="Environment: a name (`tracerl envs` lists them), package.module:factory, tau2:<domain> (τ²-bench played live; needs --tau2) or toolsandbox (ToolSandBox's offline scenarios played live; needs --toolsandbox).")] = "airline",
+    policy: Annotated[str, typer.Option(help="Policy spec: model[:PATH] | remote:URL[#MODEL] | a reference policy of the environment (airline: oracle, flawed[:p1,p2,p3,p4]; toolsandbox: milestone-replay).")] = "oracle",
     tasks: Annotated[int, typer.Option(help="Number of tasks: the first N of the split (after --offset).")] = 200,
     split: Annotated[str, typer.Option(help="Task split: train or test (test is never trained on).")] = "test",
     seed: Annotated[int, typer.Option(help="Policy seed (fault draws, sampling).")] = 0,
@@ -33,6 +33,8 @@ def collect(
     batch_size: Annotated[int, typer.Option(help="Episodes played at once.")] = 64,
     tau2: Annotated[Optional[Path], typer.Option("--tau2", help="τ²-bench settings (YAML: user simulator, judge, reward basis) for a tau2:<domain> env.")] = None,
     tau2_results: Annotated[Optional[Path], typer.Option("--tau2-results", help="Also write τ²-bench's results file of the episodes (tau2:<domain> only).")] = None,
+    toolsandbox: Annotated[Optional[Path], typer.Option("--toolsandbox", help="ToolSandBox settings (YAML: user simulator, splits) for the toolsandbox env.")] = None,
+    toolsandbox_results: Annotated[Optional[Path], typer.Option("--toolsandbox-results", help="Also write the episodes as a ToolSandBox run folder (toolsandbox only).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout.")] = False,
 ) -> None:
     """Roll a policy out on N tasks of a split and write the trajectories (same seed ⇒ same bytes)."""
@@ -48,6 +50,8 @@ def collect(
     check_output(out, folder=False)
     if tau2_results is not None:
         check_output(tau2_results, folder=False, what="--tau2-results")
+    if toolsandbox_results is not None:
+        check_output(toolsandbox_results, folder=True, what="--toolsandbox-results")
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, got {batch_size}")
     live = env.startswith("tau2:")
@@ -60,6 +64,12 @@ def collect(
         from tracerl.envs.tau2_live import load_tau2_settings
 
         settings = load_tau2_settings(tau2)
+    if (toolsandbox is not None or toolsandbox_results is not None) and env != "toolsandbox":
+        raise InputError(f"--toolsandbox and --toolsandbox-results are for the toolsandbox env, not '{env}'")
+    if env == "toolsandbox":
+        if toolsandbox is None:
+            raise InputError("--env toolsandbox needs --toolsandbox SETTINGS.yaml (the user simulator's endpoint, at least)")
+        settings = {"settings": toolsandbox}
     with Progress(TextColumn("collect {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True, disable=json_output) as progress:
         bar = progress.add_task(f"{env} · {policy}", total=tasks)
@@ -67,7 +77,8 @@ def collect(
         collected = run_collect(make_env, lambda: make_policy(policy, seed=seed, make_env=make_env),
                                 CollectConfig(tasks=tasks), out, split=split, offset=offset,
                                 rollout_settings=RolloutSettings(batch_size=batch_size),
-                                tau2_results=tau2_results, on_done=lambda _: progress.advance(bar))
+                                tau2_results=tau2_results, native_results=toolsandbox_results,
+                                on_done=lambda _: progress.advance(bar))
     trajectories, name = collected.trajectories, collected.policy
     summary = summarize(trajectories, source=str(out))
     faults = Counter(f for t in trajectories for f in (t.info.get("faults") or {}).get("planted", []))
@@ -96,7 +107,7 @@ def print_faults(summary: dict[str, Any], console: Console) -> None:
 
 
 def show(
-    file: Path = typer.Argument(..., help="Rollouts: our JSONL or a τ²-bench results JSON."),
+    file: Path = typer.Argument(..., help="Rollouts: our JSONL, a τ²-bench results JSON or a ToolSandBox run folder."),
     tools: Optional[Path] = typer.Option(None, "--tools", help="A tools.json (τ²-bench style) for files without tool schemas."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> None:

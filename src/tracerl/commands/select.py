@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def select(
-    rollouts: Path = typer.Option(..., "--rollouts", help="Our JSONL or a τ²-bench results JSON."),
+    rollouts: Path = typer.Option(..., "--rollouts", help="Our JSONL, a τ²-bench results JSON or a ToolSandBox run folder (its result_summary.json)."),
     labeler: str = typer.Option("rules", "--labeler", help="rules (deterministic, offline) or llm (OpenAI-compatible endpoint)."),
     runs: int = typer.Option(10, "--runs", help="N: labelling runs."),
     min_runs: Optional[int] = typer.Option(None, "--min-runs", help="K: runs a capability must pass (default round(0.8·N))."),

@@ -15,12 +15,15 @@ without the guidance, which is how a trainer strips it.
 
 Optional, where the environment can say them: `oracle(seed)` (the gold tool calls) and
 `user_requests(seed)` (the user's requests with the writes that serve them, and whether the
-domain's rules allow each) — synthesis reads a target's own requests from it.
+domain's rules allow each) — synthesis reads a target's own requests from it; and, for a benchmark
+played live, `write_results(path, trajectories, agent)` (its episodes in the benchmark's own results
+format, e.g. a ToolSandBox run folder).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 from tracerl.core.messages import Action, Message
 from tracerl.core.policy import Policy
 from tracerl.core.tools import ToolSchema
+from tracerl.core.trajectory import Trajectory
 from tracerl.envs.tools import Toolbox
 
 StepResult = tuple[list[Message], float, bool, bool, dict[str, Any]]
@@ -84,6 +88,11 @@ class Env(ABC):
     def user_requests(self, seed: int) -> list[UserRequest]:
         """The requests of task `seed`'s user, each with its write and whether the rules allow it (optional)."""
         raise NotImplementedError(f"{type(self).__name__} does not state its users' requests")
+
+    def write_results(self, path: Path, trajectories: list[Trajectory], agent: str) -> bool:
+        """Write `trajectories`, played here by `agent`, at `path` in the benchmark's own results format,
+        for the benchmark's own tools (optional); False, writing nothing, where it has none."""
+        return False
 
 
 class ToolEnv(Env):

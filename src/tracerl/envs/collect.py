@@ -31,7 +31,8 @@ class CollectConfig(BaseModel):
 
 
 def target_factory(env: str, split: str, settings: dict[str, Any] | None = None) -> Callable[[], Any]:
-    """A factory of the target environment `env` on `split` (`settings`: a tau2:<domain> target's)."""
+    """A factory of the target environment `env` on `split` (`settings`: the factory's other options, e.g. a
+    tau2:<domain> target's, or {"settings": a YAML file} for ToolSandBox)."""
     return lambda: make_env(env, split=split, **(settings or {}))
 
 
@@ -51,10 +52,11 @@ class Collected:
 
 def run_collect(make_env: Callable[[], Any], make_policy: Callable[[], Policy], config: CollectConfig, out: Path, *,
                 split: str, rollout_settings: RolloutSettings, offset: int = 0, tau2_results: Path | None = None,
-                on_done: Callable[[Trajectory], None] | None = None) -> Collected:
+                native_results: Path | None = None, on_done: Callable[[Trajectory], None] | None = None) -> Collected:
     """Play `make_policy()` (built at `config.temperature` by the caller, once the tasks are known to exist)
     on `config.tasks` tasks of `split` after `offset`, `rollout_settings.batch_size` episodes at once; write
-    them to `out` (and, for a τ²-bench target, its own results file `tau2_results`)."""
+    them to `out` (and, for a τ²-bench target, its own results file `tau2_results`; for a target with a
+    results format of its own, `Env.write_results`, e.g. a ToolSandBox run folder, `native_results`)."""
     seeds = task_seeds(make_env, split, config.tasks, offset)
     policy = make_policy()
     trajectories = rollout(make_env, policy, [Episode(seed=s) for s in seeds], batch_size=rollout_settings.batch_size,
@@ -62,4 +64,8 @@ def run_collect(make_env: Callable[[], Any], make_policy: Callable[[], Policy], 
     write_jsonl(out, trajectories)
     if tau2_results is not None:
         write_tau2_results(tau2_results, make_env(), trajectories, agent=policy.name)
+    if native_results is not None:
+        env = make_env()
+        if not env.write_results(native_results, trajectories, agent=policy.name):
+            raise InputError(f"target {env.name} has no results format of its own to write {native_results} in")
     return Collected(trajectories, policy.name)

@@ -3,6 +3,7 @@
 
     make_env("airline", split="test")             a built-in domain ("airline", "code")
     make_env("tau2:retail", user={…})             τ²-bench's own domain, played live (`tracerl.envs.tau2_live`)
+    make_env("toolsandbox", settings="ts.yaml")   ToolSandBox's own scenarios, played live (`tracerl.envs.toolsandbox`)
     make_env("mypkg.envs:make_env", split="train")  a user's factory, imported by its module path
     make_env("myenv")                             an entry point of the group `tracerl.envs` (an installed
                                                   package's `[project.entry-points."tracerl.envs"]`)
@@ -25,6 +26,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from tracerl.core.errors import InputError
@@ -35,9 +37,18 @@ from tracerl.envs.teacher import Teacher
 EnvFactory = Callable[..., Env]
 ENTRY_POINT_GROUP = "tracerl.envs"
 # name -> "module:attribute" of its factory, imported when first made
-BUILTIN_ENVS: dict[str, str] = {"airline": "tracerl.envs.airline:AirlineEnv", "code": "tracerl.envs.code:CodeEnv"}
+BUILTIN_ENVS: dict[str, str] = {"airline": "tracerl.envs.airline:AirlineEnv", "code": "tracerl.envs.code:CodeEnv",
+                                "toolsandbox": "tracerl.envs.toolsandbox:make_toolsandbox_env"}
 # name -> "module:attribute" of its capability environments ({capability: class(target, difficulty=…, max_turns=…)})
 BUILTIN_CAPABILITY_ENVS: dict[str, str] = {"code": "tracerl.envs.code.capabilities:CAPABILITY_ENVS"}
+# Benchmarks played live through their own code: they state their tool schemas and grade their episodes.
+LIVE_BENCHMARKS = ("toolsandbox",)
+# A benchmark's own results that `load_rollouts` reads: name -> (the results file in a run folder,
+# "module:is_results" of a parsed document, "module:trajectories" of one: (doc, path=…, tools=…) -> [Trajectory])
+RESULTS_READERS: dict[str, tuple[str, str, str]] = {
+    "toolsandbox": ("result_summary.json", "tracerl.envs.toolsandbox:is_toolsandbox_results",
+                    "tracerl.envs.toolsandbox:toolsandbox_trajectories"),
+}
 _REGISTERED: dict[str, EnvFactory] = {}
 
 
@@ -57,6 +68,27 @@ def available_envs() -> dict[str, str]:
     found.update({name: "registered in this process" for name in _REGISTERED})
     found["tau2:<domain>"] = "τ²-bench's own domains, played live (needs τ²-bench: see the README)"
     return found
+
+
+def is_live_target(spec: str) -> bool:
+    """Whether `spec` is a benchmark played live through its own code (τ²-bench's domains, ToolSandBox)."""
+    return spec in LIVE_BENCHMARKS or spec.startswith("tau2:")
+
+
+def benchmark_results_file(folder: Path) -> Path | None:
+    """The results file of a benchmark's run folder (ToolSandBox's result_summary.json), else None."""
+    return next((folder / name for name, _, _ in RESULTS_READERS.values() if (folder / name).is_file()), None)
+
+
+def benchmark_of_results(doc: Any) -> str | None:
+    """Which benchmark's own results file a parsed JSON document is (`RESULTS_READERS`), else None."""
+    return next((name for name, (_, is_results, _) in RESULTS_READERS.items()
+                 if _import_factory(is_results, name)(doc)), None)
+
+
+def read_benchmark_results(benchmark: str, doc: Any, *, path: str, tools: Any = None) -> list[Any]:
+    """The trajectories of `benchmark`'s own results document `doc` (read from `path`)."""
+    return _import_factory(RESULTS_READERS[benchmark][2], benchmark)(doc, path=path, tools=tools)
 
 
 def _import_factory(target: str, spec: str) -> EnvFactory:

@@ -87,10 +87,12 @@ def system_prompt(policy: str) -> str:
 
 
 def litellm_target(endpoint: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(model, llm_args) for litellm from {model, base_url, api_key, temperature}."""
+    """(model, llm_args) for litellm from {model, base_url, api_key, temperature, max_tokens, tool_choice}."""
     args: dict[str, Any] = {"temperature": float(endpoint.get("temperature", 0.0))}
     if endpoint.get("max_tokens"):
         args["max_tokens"] = int(endpoint["max_tokens"])
+    if endpoint.get("tool_choice"):
+        args["tool_choice"] = endpoint["tool_choice"]
     model = endpoint["model"]
     if endpoint.get("base_url"):
         model = model if model.startswith("openai/") else f"openai/{model}"

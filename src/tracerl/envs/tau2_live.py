@@ -31,7 +31,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tracerl.core.config_file import load_config_file
@@ -41,31 +40,13 @@ from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env, StepResult
+from tracerl.envs.endpoint import Endpoint, check_endpoint
 
 BRIDGE = Path(__file__).with_name("tau2_bridge.py")
 INSTALL_HINT = ("install τ²-bench (Python ≥ 3.12): PYTHON -m pip install 'tau2 @ git+https://github.com/"
                 "sierra-research/tau2-bench' and name that Python in tau2.python or $TRACERL_TAU2_PYTHON")
 RewardBasis = Literal["DB", "ENV_ASSERTION", "ACTION", "COMMUNICATE", "NL_ASSERTION"]
 PREMATURE = {"max_steps", "timeout"}
-
-
-class Endpoint(BaseModel):
-    """An OpenAI-compatible chat endpoint (vLLM, `tracerl serve`, a hosted API)."""
-    model_config = ConfigDict(extra="forbid")
-
-    model: str = Field(description="the served model name")
-    base_url: str | None = Field(None, description="e.g. http://127.0.0.1:8000/v1; None = litellm's own routing by model name")
-    api_key_env: str | None = Field(None, description="the environment variable holding the key; None = no key")
-    temperature: float = Field(0.0, ge=0)
-    max_tokens: int | None = Field(None, ge=1, description="cap on each answer (None: the endpoint's default)")
-
-    def describe(self) -> dict[str, Any]:
-        return {"model": self.model, "base_url": self.base_url, "temperature": self.temperature,
-                "max_tokens": self.max_tokens}
-
-    def for_bridge(self) -> dict[str, Any]:
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        return {**self.describe(), "api_key": key}
 
 
 class Tau2Settings(BaseModel):
@@ -146,7 +127,6 @@ class Tau2Error(RuntimeError):
     """An error τ²-bench's process reported."""
 
 _BRIDGES: dict[tuple[str, str | None], Bridge] = {}
-_CHECKED: set[str] = set()
 
 
 def bridge_for(python: str, data_dir: str | None) -> Bridge:
@@ -189,30 +169,6 @@ def find_python(setting: str | None) -> str:
     raise InputError(f"τ²-bench needs Python ≥ 3.12 (this is {sys.version.split()[0]}); {INSTALL_HINT}")
 
 
-def check_endpoint(role: str, endpoint: Endpoint) -> None:
-    """One GET of the endpoint's /models: it answers, and serves the model when it lists models."""
-    if endpoint.base_url is None:
-        return
-    url = endpoint.base_url.rstrip("/") + "/models"
-    if url in _CHECKED:
-        return
-    key = os.environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-    try:
-        response = httpx.get(url, timeout=10, headers={"Authorization": f"Bearer {key}"} if key else None)
-    except httpx.HTTPError as e:
-        raise InputError(f"tau2.{role}: the endpoint {endpoint.base_url} does not answer ({type(e).__name__}: {e})") from None
-    if response.status_code == 200:
-        try:
-            served = [m.get("id") for m in response.json().get("data", [])]
-        except (ValueError, AttributeError):
-            served = []
-        if served and endpoint.model.removeprefix("openai/") not in served:
-            raise InputError(f"tau2.{role}: {endpoint.base_url} does not serve '{endpoint.model}' (it serves: {', '.join(map(str, served))})")
-    elif response.status_code in (401, 403):
-        raise InputError(f"tau2.{role}: {endpoint.base_url} refused the key (HTTP {response.status_code}; set {endpoint.api_key_env or 'api_key_env'})")
-    _CHECKED.add(url)
-
-
 # --- the environment ------------------------------------------------------------------------
 
 class Tau2Env(Env):
@@ -236,9 +192,9 @@ class Tau2Env(Env):
         if settings.user is None:
             raise InputError(f"tau2:{domain}: no user simulator configured (tau2.user: model, base_url, …)")
         if settings.check_endpoints:
-            check_endpoint("user", settings.user)
+            check_endpoint("tau2.user", settings.user)
             if settings.judge is not None and self._needs_judge():
-                check_endpoint("judge", settings.judge)
+                check_endpoint("tau2.judge", settings.judge)
         self.episode: str | None = None
         self.simulation: dict[str, Any] | None = None
 

@@ -62,7 +62,12 @@ def summarize_variant(variant: str, trajectories: Sequence[Trajectory], *, rollo
 
 
 def grading_of(trajectories: Sequence[Trajectory]) -> Grading | None:
-    """How a live τ²-bench target graded these episodes (each records it in its info); None otherwise."""
+    """How a live target (τ²-bench, ToolSandBox) graded these episodes (each records it in its info); None otherwise."""
+    sandbox = [t.info for t in trajectories if t.info.get("source") == "toolsandbox-live"]
+    if sandbox:
+        return Grading(grader=f"ToolSandBox {sandbox[0].get('toolsandbox_version') or '(version unknown)'}",
+                       reward_basis=["milestone similarity", "minefields"],
+                       user_simulator=sandbox[0].get("user_simulator"), judge=None)
     live = [t.info for t in trajectories if t.info.get("source") == "tau2-live"]
     if not live:
         return None

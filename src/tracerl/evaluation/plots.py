@@ -26,6 +26,7 @@ COLORS = {
     "prompt_capabilities": "#2f9e44",
     "grpo_target": "#1971c2",
     "swe_rl": "#0c8599",
+    "gepa": "#9c36b5",
     "adapter": "#b197fc",
     "trace_router": "#f08c00",
     "trace_moe": "#e8590c",

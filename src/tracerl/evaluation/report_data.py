@@ -35,6 +35,7 @@ from tracerl.contracts import (
     TraceCurve,
     TrainingFinal,
     TrainingSummary,
+    Workspace,
     eval_file_stem,
     read_metrics,
 )
@@ -47,7 +48,10 @@ from tracerl.core.trajectory import Trajectory
 from tracerl.evaluation.stats import paired_difference, wilson_interval
 
 # Display order of the evaluation variants; `adapter:<capability>` ones go after the baselines.
-VARIANT_ORDER = ("base", "prompt_capabilities", "grpo_target", "swe_rl", "adapter:", "trace_merge", "trace_router", "trace_moe")
+VARIANT_ORDER = ("base", "prompt_capabilities", "gepa", "grpo_target", "swe_rl", "adapter:", "trace_merge", "trace_router",
+                 "trace_moe")
+GEPA_NOT_RUN = ("GEPA (baselines.gepa) did not run: it needs an analysis model as its reflection model "
+                "(analysis.base_url and analysis.model, or $OPENAI_BASE_URL and $TRACERL_LLM_MODEL).")
 EXAMPLES_SHOWN = 2
 
 
@@ -99,6 +103,7 @@ class ReportData(BaseModel):
     trace_vs_grpo: Interval | None = None  # paired difference over tasks, TRACE − GRPO-on-target
     trace_vs_swe_rl: Interval | None = None  # … TRACE − SWE-RL
     examples: list[Example] = Field(default_factory=list)
+    gepa_on: bool = False  # the run's config has baselines.gepa on
     missing: dict[str, str] = Field(default_factory=dict)  # section → why it is empty
 
     def summary(self) -> ReportSummary:
@@ -133,7 +138,8 @@ class ReportData(BaseModel):
                                  rollouts_used=e.rollouts_used)
 
         headline = Headline(trace=entry(self.trace_variant), base=entry("base"), grpo_target=entry("grpo_target"),
-                            prompt_capabilities=entry("prompt_capabilities"), trace_vs_grpo_target=self.trace_vs_grpo,
+                            prompt_capabilities=entry("prompt_capabilities"), gepa=entry("gepa"),
+                            trace_vs_grpo_target=self.trace_vs_grpo,
                             swe_rl=entry("swe_rl"), trace_vs_swe_rl=self.trace_vs_swe_rl,
                             routing_accuracy=self.routing_accuracy)
         headline.answer = answer(headline)
@@ -248,12 +254,14 @@ def _read_config(ws: Path, data: ReportData) -> None:
         return
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        yaml.safe_load(text)
+        config = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise InputError(f"not valid YAML ({getattr(e, 'problem', e)})", path=str(path),
                          line=mark.line + 1 if mark else None) from None
     data.config_text = text
+    baselines = config.get("baselines") if isinstance(config, dict) else None
+    data.gepa_on = bool(baselines.get("gepa", False)) if isinstance(baselines, dict) else False
 
 
 def _read_base_rollouts(ws: Path, data: ReportData) -> None:
@@ -314,6 +322,8 @@ def _read_evaluation(ws: Path, data: ReportData) -> None:
     if not data.evaluation:
         data.missing["evaluation"] = "no eval/<variant>.json: the eval stage has not run yet."
         return
+    if data.gepa_on and "gepa" not in data.evaluation and not Workspace(ws).gepa_result.is_file():
+        data.missing["gepa"] = GEPA_NOT_RUN
     data.trace_variant = next((m.variant for m in COMPOSITION_MODES.values() if m.variant in data.evaluation), None)
     trace = data.evaluation.get(data.trace_variant) if data.trace_variant else None
     grpo = data.evaluation.get("grpo_target")
@@ -363,7 +373,8 @@ def _read_sample_efficiency(ws: Path, data: ReportData) -> None:
         data.missing["sample_efficiency"] = "; ".join(notes) or "no curve measured yet"
         return
     base = next((p for p in grpo + trace if p.step == 0), None)
-    tests = {v: e for v in ("base", data.trace_variant, "grpo_target", "swe_rl") if v and (e := data.evaluation.get(v))}
+    tests = {v: e for v in ("base", data.trace_variant, "grpo_target", "swe_rl", "gepa")
+             if v and (e := data.evaluation.get(v))}
     episodes = (grpo or trace)[0].episodes
     start = curve.eval_seed_start if curve else None
     where = f" (seeds {start}–{start + episodes - 1})" if start is not None else ""

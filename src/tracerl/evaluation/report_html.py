@@ -223,9 +223,13 @@ def _headline(data: ReportData) -> str:
     ]
     if "swe_rl" in ev:  # a code target's SWE-RL baseline (GRPO with the patch-similarity reward, same budget)
         cards.insert(3, _variant_card("SWE-RL (same budget)", ev["swe_rl"], extra=swe_rl_extra))
+    if "gepa" in ev:
+        cards.append(_variant_card("GEPA prompt (same budget)", ev["gepa"]))
     if data.composition is not None:
         cards.append(_routing_card(data))
     note = "" if ev else _missing(data, "evaluation", "the eval stage has not run yet.")
+    if "gepa" in data.missing:
+        note += f'<p class="note">{esc(data.missing["gepa"])}</p>'
     return f'<section id="headline" class="cards">{"".join(cards)}</section>{note}'
 
 

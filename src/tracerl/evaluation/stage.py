@@ -1,7 +1,8 @@
 """`run_evaluate`: one variant played on the target's held-out tasks, written as `eval/<variant>.json`
 (its `EvalResult`), `eval/<variant>.jsonl` (the episodes) and, for a τ²-bench target, τ²-bench's own
-results file — what the pipeline's eval stage calls for `tracerl run` and `tracerl eval` alike, with
-one `EvalConfig` (the run config's `eval:` section).
+results file (for a target with a results format of its own, `Env.write_results`, e.g. ToolSandBox:
+`eval/<env name>/<variant>/`) — what the pipeline's eval stage calls for `tracerl run` and
+`tracerl eval` alike, with one `EvalConfig` (the run config's `eval:` section).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tracerl.core.policy import Policy
 from tracerl.core.sampling import RolloutSettings
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.collect import task_seeds
+from tracerl.envs.prompted import SystemPromptEnv
 from tracerl.envs.tau2_live import write_tau2_results
 from tracerl.evaluation.evaluate import (
     FailureCounter,
@@ -49,10 +51,11 @@ class EvalConfig(BaseModel):
 class EvalVariant:
     """One evaluated variant: which model plays, and the rollouts its training consumed."""
 
-    name: str  # base, trace_<mode>, grpo_target, prompt_capabilities, adapter:<capability>
+    name: str  # base, trace_<mode>, grpo_target, gepa, prompt_capabilities, adapter:<capability>
     composed: Path | None = None  # a composed-model directory (it plays instead of the base)
     adapters: dict[str, Path] = field(default_factory=dict)  # name → adapter folder (at most one: it plays)
     note: str | None = None  # a system note (the prompting baseline)
+    system_prompt: str | None = None  # the system prompt it plays with in place of the target's (GEPA's)
     rollouts_used: int = 0
 
 
@@ -67,6 +70,9 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
     per selected capability; `base` is the base variant's result, for the paired difference."""
     if len(variant.adapters) > 1 or (variant.composed is not None and (variant.adapters or variant.note)):
         raise ValueError(f"variant {variant.name}: a composed model, or the base with at most one adapter")
+    if variant.system_prompt is not None:
+        target, prompt = make_env, variant.system_prompt
+        make_env = lambda: SystemPromptEnv(target(), prompt)  # noqa: E731
     temperature = config.sampling_temperature()
     adapter = next(iter(variant.adapters), None)
     with ExitStack() as stack:
@@ -86,5 +92,7 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
     write_jsonl(out_dir / f"{stem}.jsonl", trajectories)
     if tau2_results:  # τ²-bench's own results file too, for its tools (`tau2 view`)
         write_tau2_results(out_dir / "tau2" / f"{stem}.json", make_env(), trajectories, agent=variant.name)
+    env = make_env()
+    env.write_results(out_dir / env.name / stem, trajectories, agent=variant.name)  # the benchmark's own, if any
     result.write(out_dir / f"{stem}.json")
     return result

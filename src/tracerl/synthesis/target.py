@@ -147,19 +147,23 @@ def value_examples(gold: Iterable[Iterable[dict[str, Any]]], per_parameter: int 
     return found
 
 
-def target_from_live_env(env: Any, trajectories: list[Any] = ()) -> Target:
+def target_from_live_env(env: Any, trajectories: list[Any] = (), source: str | None = None) -> Target:
     """The target of a live environment that states its system prompt and gold actions without playing
-    (a τ²-bench domain, `tracerl.envs.tau2_live`): its tool schemas, the title of its policy, id values
-    from the gold actions of its tasks (`env.oracle`) and record shapes from `trajectories` it played."""
-    titles = [line.strip() for line in env.system_prompt.splitlines() if line.startswith("# ")]
-    title = titles[0] if titles else f"# {env.name.capitalize()} agent policy"
+    (a τ²-bench domain, `tracerl.envs.tau2_live`; ToolSandBox, `tracerl.envs.toolsandbox`): its tool
+    schemas, the title of its policy (its prompt's first "# " line, else its first line), id values
+    from the gold actions of its tasks (`env.oracle`) and record shapes from `trajectories` it played.
+    `source` names it (default 'tau2:<name>')."""
+    source = source or f"tau2:{env.name}"
+    lines = [line.strip() for line in env.system_prompt.splitlines() if line.strip()]
+    titles = [line for line in lines if line.startswith("# ")]
+    title = titles[0] if titles else lines[0] if lines else f"# {env.name.capitalize()} agent policy"
     gold = ([a.model_dump() for a in env.oracle(seed)] for seed in env.task_seeds(len(env.task_ids)))
     tools = tuple(env.tools)
-    target = Target(name=env.name, tools=tools, title=title, source=f"tau2:{env.name}", preamble=(title,),
+    target = Target(name=env.name, tools=tools, title=title, source=source, preamble=(title,),
                     value_examples=value_examples(gold),
                     result_examples=observed_result_examples(list(trajectories), {t.name for t in tools}))
     if not tool_families(target.tools):
-        raise InputError(f"tau2:{env.name}: no read tool shares an id parameter with a write tool: nothing to build on")
+        raise InputError(f"{source}: no read tool shares an id parameter with a write tool: nothing to build on")
     return target
 
 

@@ -89,23 +89,31 @@ class ToolFamily:
 
 
 def tool_families(tools: tuple[ToolSchema, ...] | list[ToolSchema]) -> list[ToolFamily]:
-    """Every (check, acts) family, largest family first; acts ordered simplest first."""
+    """Every (check, acts) family, largest family first; acts ordered simplest first. A check tool is a
+    read tool whose one required parameter is an id (get_order_details(order_id)), or, where it
+    requires none, one that can be asked by an id its acts require (ToolSandBox's
+    search_contacts(person_id=…) with remove_contact(person_id))."""
     families = []
     for check in tools:
         if check.kind != "read":
             continue
         required = check.parameters.get("required", [])
-        if len(required) != 1 or not required[0].endswith("_id"):
+        if len(required) == 1 and required[0].endswith("_id"):
+            candidates = required
+        elif not required:
+            candidates = [p for p, spec in check.parameters.get("properties", {}).items()
+                          if p.endswith("_id") and _is_string(spec)]
+        else:
             continue
-        id_param = required[0]
-        acts = [
-            t for t in tools
-            if t.kind == "write" and id_param in t.parameters.get("required", [])
-            and _is_string(t.parameters.get("properties", {}).get(id_param, {}))
-        ]
-        if acts:
-            acts.sort(key=lambda t: (argument_complexity(t), t.name))
-            families.append(ToolFamily(check=check, acts=tuple(acts), id_param=id_param))
+        for id_param in candidates:
+            acts = [
+                t for t in tools
+                if t.kind == "write" and id_param in t.parameters.get("required", [])
+                and _is_string(t.parameters.get("properties", {}).get(id_param, {}))
+            ]
+            if acts:
+                acts.sort(key=lambda t: (argument_complexity(t), t.name))
+                families.append(ToolFamily(check=check, acts=tuple(acts), id_param=id_param))
     families.sort(key=lambda f: (-len(f.acts), f.check.name))
     return families
 

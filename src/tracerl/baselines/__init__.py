@@ -1,0 +1,1 @@
+"""Baselines TRACE is measured against that are not GRPO on the target: GEPA (`gepa`)."""
