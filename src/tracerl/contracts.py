@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 
 from pydantic import (
     BaseModel,
@@ -43,12 +42,15 @@ from pydantic import (
     model_validator,
 )
 
+from tracerl.core.config_file import parse_yaml
 from tracerl.core.errors import InputError
 from tracerl.core.io import (
     atomic_write_text,
     describe_validation_error,
+    parse_json,
     read_json,
     read_jsonl,
+    read_text,
 )
 
 C = TypeVar("C", bound="Contract")
@@ -226,18 +228,8 @@ def load_capabilities(path: str | Path) -> list[Capability]:
     """Users' capabilities from a YAML or JSON file: a list of {name, description, rubric{na,present,lacking}}
     (or a mapping with a `capabilities` list). A missing rubric gets one written from the description."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such file", path=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"not valid JSON ({e.msg})", path=str(path), line=e.lineno) from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise InputError(f"not valid YAML ({getattr(e, 'problem', None) or e})", path=str(path), line=line) from None
+    text = read_text(path)
+    data = parse_json(text, path) if path.suffix == ".json" else parse_yaml(text, path)
     if isinstance(data, dict) and "capabilities" in data:
         data = data["capabilities"]
     if not isinstance(data, list):
@@ -260,7 +252,7 @@ def read_capability_list(path: str | Path) -> list[Capability]:
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # ValueError: JSON or UTF-8 broken
             data = None  # load_capabilities says what is wrong
         entries = data.get("capabilities") if isinstance(data, dict) else None
         results = isinstance(entries, list) and any(isinstance(e, dict) and {"selected", "rank"} & set(e) for e in entries)

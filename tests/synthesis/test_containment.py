@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import synthesis_cases as cases
-from openai import OpenAI
+from tracerl.models.analysis import AnalysisClient, AnalysisConfig
 from synthesis_cases import CannedServer, needs_confinement
 
 from tracerl.cli import main
@@ -174,8 +174,8 @@ def test_replacing_the_grader_inside_the_worker_changes_nothing(retail):
 def test_a_secret_read_outside_never_reaches_the_next_prompt(retail, attack):
     answers = [cases.fenced(cases.hostile("leak_secret", attack, base=cases.GOOD)), cases.fenced(cases.GOOD)]
     with CannedServer(answers) as server:
-        client = OpenAI(base_url=server.url, api_key=API_KEY)
-        result = generate_env_module({"name": "x", "description": "y"}, retail, client, "canned", limits=FAST)
+        client = AnalysisClient(AnalysisConfig(base_url=server.url, model="canned"))
+        result = generate_env_module({"name": "x", "description": "y"}, retail, client, limits=FAST)
     assert result.ok and [r.ok for r in result.rounds] == [False, True]
     feedback = server.requests[1]["messages"][-1]["content"]
     assert "here is what I found" in feedback and "Permission denied" in feedback
