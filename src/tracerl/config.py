@@ -23,6 +23,7 @@ from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
 from tracerl.models.analysis import AnalysisConfig
 from tracerl.models.importing import GGUF_BASE
+from tracerl.models.placement import DType
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import TrainConfig, run_training_options
@@ -38,6 +39,16 @@ class ModelSection(Section):
                       "chat template renders tools (`tracerl import-model` writes one from a GGUF or with a template)")
     server_url: str | None = Field(None, description="an OpenAI-compatible server (vLLM, `tracerl serve`) for "
                                    "GRPO rollouts, with runtime LoRA loading; None = roll out in-process")
+    dtype: DType = Field("auto", description="the precision every stage loads the model in (collect, calibration, "
+                         "training, compose, curve, eval, the served-policy check): 'auto' = the checkpoint's own "
+                         "(float32 for the tiny agent, bfloat16 for Qwen3), or bfloat16, float16, float32. A vLLM "
+                         "server is started with the same --dtype; the served-policy check's tolerance is this "
+                         "precision's (tracerl.models.served.TOLERANCES)")
+    device: str = Field("auto", description="where the in-process stages put the model (collect, calibration, "
+                        "compose, curve, eval, and training in the `tracerl run` process): 'auto' = the first "
+                        "visible GPU when CUDA is available, else the CPU; or cpu, cuda, cuda:N. Training under "
+                        "torchrun (`distributed.nproc_per_node` > 1) puts rank r on the r-th of "
+                        "`distributed.devices`; docs/gpu.md gives each recipe's placement")
 
     @field_validator("base")
     @classmethod

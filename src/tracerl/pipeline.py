@@ -69,7 +69,7 @@ from tracerl.evaluation.evaluate import capability_note
 from tracerl.evaluation.report import build_report
 from tracerl.evaluation.served import LOCAL_NOTE, served_policy
 from tracerl.evaluation.stage import EvalVariant, run_evaluate
-from tracerl.models.local import LocalPolicy, load_model
+from tracerl.models.local import LocalPolicy, load_model, resolved_dtype
 from tracerl.models.analysis import AnalysisConfig
 from tracerl.selection.rules import failures_by_capability
 from tracerl.selection.stage import progress_steps, run_select
@@ -92,7 +92,7 @@ SECTIONS = {
     "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
     "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],
     "gepa": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "analysis", "gepa"],
-    "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
+    "curve": ["seed", "model", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
 }
@@ -279,11 +279,18 @@ class StageFunctions:
         return target_factory(c.target.env, split, settings)
 
     @staticmethod
+    def dtype(c: View) -> str:
+        """The precision every stage loads the base in: `model.dtype`, "auto" named (the checkpoint's own)."""
+        return resolved_dtype(c.model.base, c.model.dtype)
+
+    @staticmethod
     def policy(c: View, *, temperature: float, seed: int, adapters: dict[str, Path] | None = None) -> LocalPolicy:
-        """A local policy over a fresh copy of the base model (adapters mutate the model they load into)."""
-        model, tokenizer = load_model(c.model.base)
+        """A local policy over a fresh copy of the base model (adapters mutate the model they load into),
+        in `model.dtype` on `model.device`."""
+        model, tokenizer = load_model(c.model.base, device=c.model.device, dtype=StageFunctions.dtype(c))
         policy = LocalPolicy(model, tokenizer, temperature=temperature, seed=seed,
-                             max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
+                             max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size,
+                             kv_cache_tokens=c.rollout.kv_cache_tokens)
         for name, path in (adapters or {}).items():
             policy.load_adapter(name, path)
         return policy
@@ -324,7 +331,8 @@ class StageFunctions:
                                            c.collect, self.ws.base_rollouts, split="train", rollout_settings=c.rollout,
                                            on_done=bar.advance).trajectories
         passed = sum(t.passed for t in trajectories)
-        return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
+        return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories)),
+                **({"dtype": self.dtype(c)} if c.target.results is None else {})}
 
     def select(self, c: View) -> dict[str, Any]:
         trajectories = read_jsonl(self.ws.base_rollouts, Trajectory)
@@ -352,11 +360,12 @@ class StageFunctions:
         with _progress(self.console, "calibrate (episodes, all capabilities and rounds)", None) as bar:
             run = run_synthesize(self.ws.capabilities, target, self.ws.envs, cfg,
                                  make_policy=lambda: self.policy(c, temperature=cfg.temperature, seed=c.seed),
-                                 policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens},
+                                 policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens,
+                                              "dtype": self.dtype(c)},
                                  llm=llm, on_episode=bar.advance, on_outcome=no_env)
         if run.analysis is not None:
             self.console.print(f"analysis model (environment writer): {run.analysis}", highlight=False)
-        return {"environments": run.index.built()}
+        return {"environments": run.index.built(), "dtype": self.dtype(c)}
 
     def train(self, c: View, capability: str) -> dict[str, Any]:
         env = TrainEnv.resolve(self.ws.env(capability))
@@ -380,8 +389,8 @@ class StageFunctions:
                 bar.update(row["step"] if max_rollouts is None else row["rollouts_used"])
 
             summary = run_train(env, c.model.base, out, cfg, force=self.forcing, server_url=c.model.server_url,
-                                on_step=on_step)
-        return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
+                                on_step=on_step, dtype=c.model.dtype, device=c.model.device)
+        return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed", "dtype"})
 
     def compose(self, c: View) -> dict[str, Any]:
         caps = self.trained_envs(c.train_rejected)
@@ -390,7 +399,7 @@ class StageFunctions:
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
                                envs={cap: self.ws.env(cap) for cap in caps},
                                target=target_lacking(self.ws.base_rollouts, self.ws.root, caps)
-                               if fits_target_openings(c.compose) else [])
+                               if fits_target_openings(c.compose) else [], dtype=self.dtype(c), device=c.model.device)
         run = run_compose(inputs, c.compose, {m: self.ws.composed(m) for m in c.compose.modes}, seed=c.seed,
                           names={m: COMPOSITION_MODES[m].variant for m in c.compose.modes}, gate_dir=self.ws.gate_data,
                           rollout_settings=c.rollout,
@@ -442,7 +451,7 @@ class StageFunctions:
         inputs = CurveInputs(variant=mode.variant, composed=self.ws.composed(mode.name),
                              adapters={cap: self.ws.adapter(cap) for cap in self.trained_envs(c.train_rejected)},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0,
-                             seeds=self.validation_seeds(c))
+                             seeds=self.validation_seeds(c), device=c.model.device)
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
             curve = run_curve(inputs, c.rollout, self.target_env(c, "train"), self.ws.curve, seed=cfg.seed,
                               on_done=bar.advance)
@@ -461,8 +470,9 @@ class StageFunctions:
                                                                                               adapters),
                                   count_failures=lambda trajectories: failures_by_capability(trajectories, selected),
                                   base=EvalResult.read(base_path) if variant != "base" and base_path.exists() else None,
-                                  tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance)
-        return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used}
+                                  tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance,
+                                  dtype=self.dtype(c), device=c.model.device)
+        return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used, "dtype": result.dtype}
 
     def eval_variant(self, c: View, variant: str) -> EvalVariant:
         """What plays as `variant` in this workspace, and the rollouts its training consumed."""
@@ -491,7 +501,8 @@ class StageFunctions:
         return served_policy(c.model.server_url, c.model.base, make_env,
                              adapter=(adapter, adapters[adapter]) if adapter else None, temperature=temperature,
                              seed=c.seed, max_new_tokens=c.rollout.max_new_tokens, batch_size=c.rollout.batch_size,
-                             served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"))
+                             served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"),
+                             dtype=self.dtype(c), device=c.model.device)
 
     def report(self, c: View) -> dict[str, Any]:
         report = build_report(self.ws.root)

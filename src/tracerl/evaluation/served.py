@@ -34,12 +34,14 @@ LOCAL_NOTE = "{variant}: a composed model cannot be served by vLLM; evaluated in
 @contextmanager
 def served_policy(server_url: str, base: str, make_env: Callable[[], Env], *, adapter: tuple[str, Path] | None,
                   temperature: float, seed: int, max_new_tokens: int, batch_size: int, served_dir: Path,
-                  api_key: str | None = None) -> Iterator[Any]:
+                  api_key: str | None = None, dtype: str | None = None, device: str | None = None) -> Iterator[Any]:
     """A `RemotePolicy` over the servers, sampling with `adapter` ((name, PEFT directory); None: the base).
+    The check's local model is loaded in `dtype` on `device` (`tracerl.models.placement` names): the
+    servers' precision, whose tolerance the check applies.
 
     Sessions select the adapter by `name` (`Episode.adapter`); without one they get the base model.
     """
-    model, tokenizer = load_model(base)
+    model, tokenizer = load_model(base, device=device, dtype=dtype)
     if adapter is not None:
         name, path = adapter
         if not (Path(path) / "adapter_config.json").exists():
