@@ -340,11 +340,20 @@ class LocalPolicy:
         if not getattr(self.model, "peft_config", None):
             return None
 
+        mixes = can_mix_adapters(self.model)
+
         def kwargs(extras: list[Any]) -> dict[str, Any]:
             names = [e if e is not None else BASE for e in extras]
-            if names and all(n == names[0] for n in names) and list(self.model.active_adapters) == names[:1]:
+            same = bool(names) and all(n == names[0] for n in names)
+            if same and list(self.model.active_adapters) == names[:1]:
                 return {}  # every row on the active adapter: PEFT's plain forward, not its per-row routing
-            return {"adapter_names": names}
+            if mixes:
+                return {"adapter_names": names}
+            if same and names[0] != BASE:
+                self.model.set_adapter(names[0])
+                return {}
+            raise InputError("this model's adapters adapt fused expert weights (PEFT target_parameters), which PEFT "
+                             "cannot mix in one batch: play one adapter per batch (rows " + ", ".join(sorted(set(names))) + ")")
 
         return kwargs
 
@@ -370,6 +379,12 @@ class LocalPolicy:
             prompt_ids=ids, max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p,
             stop_ids=self.chat.stop_ids, generator=gen, extra=session.adapter, past=past, keep_cache=self.kv_reuse,
         )
+
+
+def can_mix_adapters(model: torch.nn.Module) -> bool:
+    """Whether PEFT can run rows of different adapters in one batch (`adapter_names`): not where an adapter
+    adapts fused expert weights (`target_parameters`, a mixture-of-experts base)."""
+    return not any(type(m).__name__ == "ParamWrapper" for m in model.modules())
 
 
 def session_seed(seed: int, index: int) -> int:
