@@ -998,6 +998,10 @@ class Workspace:
     def stage_record(self, stage: str) -> Path:
         return self.root / ".stages" / f"{stage}.json"
 
+    def stage_launch(self, stage: str) -> Path:
+        """The run-config sections a training stage launched under torchrun runs with (`tracerl.pipeline_ranks`)."""
+        return self.root / ".stages" / f"{stage.replace(':', '_')}.launch.json"
+
     @property
     def served_adapters(self) -> Path:
         return self.root / ".served_adapters"

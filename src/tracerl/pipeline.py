@@ -16,12 +16,16 @@ without one it is skipped with a one-line note.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -58,7 +62,7 @@ from tracerl.contracts import (
     read_metrics,
 )
 from tracerl.core.errors import InputError
-from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
+from tracerl.core.io import atomic_write_text, read_jsonl, write_json, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.collect import run_collect, target_factory, task_seeds
 from tracerl.envs.loading import load_rollouts
@@ -76,6 +80,7 @@ from tracerl.selection.stage import progress_steps, run_select
 from tracerl.stages import Stage, View, is_complete, run_stage, stale_reasons
 from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
+from tracerl.training.distributed import World
 from tracerl.training.stage import TrainEnv, run_train
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "swe_rl", "gepa", "curve", "eval", "report")
@@ -87,10 +92,10 @@ SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
     "select": ["seed", "select", "analysis"],
     "synthesize": ["seed", "model", "rollout", "target", "synthesize", "analysis"],
-    "train": ["seed", "model", "rollout", "train"],
+    "train": ["seed", "model", "rollout", "train", "distributed"],
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
-    "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
-    "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],
+    "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "distributed"],
+    "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "distributed"],
     "gepa": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "analysis", "gepa"],
     "curve": ["seed", "model", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
@@ -367,15 +372,41 @@ class StageFunctions:
             self.console.print(f"analysis model (environment writer): {run.analysis}", highlight=False)
         return {"environments": run.index.built(), "dtype": self.dtype(c)}
 
-    def train(self, c: View, capability: str) -> dict[str, Any]:
+    def train(self, c: View, capability: str, world: World | None = None) -> dict[str, Any]:
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, f"train:{capability}")
         env = TrainEnv.resolve(self.ws.env(capability))
         env.source = self.ws.rel(self.ws.env(capability))  # workspace-relative: a moved workspace resumes its runs
-        return self._train_adapter(c, env, self.ws.adapter(capability), label=capability)
+        return self._train_adapter(c, env, self.ws.adapter(capability), label=capability, world=world)
+
+    def _launch(self, c: View, stage: str) -> dict[str, Any]:
+        """The training stage `stage` under torchrun (`distributed.nproc_per_node` ranks, on `distributed.devices`):
+        `tracerl.pipeline_ranks` runs it on every rank; rank 0 prints the stage's summary."""
+        n = c.distributed.nproc_per_node
+        sections = self.ws.stage_launch(stage)  # the view, as given (unset stays unset)
+        write_json(sections, {name: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v
+                              for name, v in vars(c).items()})
+        torchrun = Path(sys.executable).parent / "torchrun"
+        command = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone", f"--nproc_per_node={n}",
+                   "-m", "tracerl.pipeline_ranks", str(self.ws.root.resolve()), stage, "--sections",
+                   str(sections.resolve())]
+        command += ["--force"] if self.forcing else []
+        env = dict(os.environ)
+        if c.distributed.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, c.distributed.devices))
+        with _progress(self.console, f"{stage} (torchrun, {n} ranks)", None):
+            run = subprocess.run(command, env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            lines = [x for x in (run.stderr or run.stdout).strip().splitlines() if x.strip()]
+            reason = next((x for x in reversed(lines) if "InputError" in x or x.startswith("error")), lines[-1] if lines else "")
+            raise InputError(f"{stage}: torchrun with {n} ranks failed (exit {run.returncode}): {reason[:500]}",
+                             path=str(self.ws.root))
+        return json.loads(run.stdout.strip().splitlines()[-1])
 
     def _train_adapter(self, c: View, env: TrainEnv, out: Path, *, label: str, max_rollouts: int | None = None,
-                       heldout: list[int] | None = None) -> dict[str, Any]:
+                       heldout: list[int] | None = None, world: World | None = None) -> dict[str, Any]:
         """`run_train` on `env` into `out`, with this stage's config (`heldout`: the held-out seeds, when not
-        the config's own)."""
+        the config's own; `world`: the ranks, under `tracerl.pipeline_ranks`)."""
         cfg = train_config(c.train, c.rollout, c.seed)
         if max_rollouts is not None:
             cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
@@ -389,7 +420,8 @@ class StageFunctions:
                 bar.update(row["step"] if max_rollouts is None else row["rollouts_used"])
 
             summary = run_train(env, c.model.base, out, cfg, force=self.forcing, server_url=c.model.server_url,
-                                on_step=on_step, dtype=c.model.dtype, device=c.model.device)
+                                on_step=on_step, dtype=c.model.dtype, device=c.model.device, world=world or World(),
+                                served_tolerance=c.model.served_tolerance)
         return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed", "dtype"})
 
     def compose(self, c: View) -> dict[str, Any]:
@@ -407,22 +439,26 @@ class StageFunctions:
                                                           adapters=dict(zip(caps, inputs.adapters))))
         return compose_summary(run)
 
-    def grpo_target(self, c: View) -> dict[str, Any]:
+    def grpo_target(self, c: View, world: World | None = None) -> dict[str, Any]:
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, "grpo_target")
         env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
                        make_eval=self.target_env(c, "train"))
         return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
-                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c), world=world)
 
-    def swe_rl(self, c: View) -> dict[str, Any]:
+    def swe_rl(self, c: View, world: World | None = None) -> dict[str, Any]:
         """SWE-RL's baseline: GRPO on the target's train split rewarded by the submitted patch's similarity
         to the gold patch (the target's `reward="swe_rl"`), its checkpoints evaluated on the validation
         episodes by the target's own reward, as GRPO-on-target's."""
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, "swe_rl")
         train = target_factory(c.target.env, "train", {"reward": "swe_rl"})
         train()  # a target without SWE-RL's reward fails here, in one line
         env = TrainEnv(train, source=f"{c.target.env} (reward swe_rl)", name="swe_rl",
                        make_eval=self.target_env(c, "train"))
         return self._train_adapter(c, env, self.ws.baseline("swe_rl"), label="swe_rl",
-                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c), world=world)
 
     def gepa(self, c: View) -> dict[str, Any]:
         """GEPA's system prompt within TRACE's rollout budget on the target's train split; its running-best
@@ -502,7 +538,7 @@ class StageFunctions:
                              adapter=(adapter, adapters[adapter]) if adapter else None, temperature=temperature,
                              seed=c.seed, max_new_tokens=c.rollout.max_new_tokens, batch_size=c.rollout.batch_size,
                              served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"),
-                             dtype=self.dtype(c), device=c.model.device)
+                             dtype=self.dtype(c), device=c.model.device, served_tolerance=c.model.served_tolerance)
 
     def report(self, c: View) -> dict[str, Any]:
         report = build_report(self.ws.root)

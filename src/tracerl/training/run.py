@@ -114,11 +114,13 @@ def build_trainer(
     make_eval_env: Callable[[], Env] | None = None,
     dtype: str | None = None,
     device: str | None = None,
+    served_tolerance: float | None = None,
 ) -> GRPOTrainer:
     """Check every input, then assemble the trainer (rollouts local, or from `server_url`); held-out
     evaluation plays `make_eval_env`'s environments (default: `make_env`'s). `env_source` and
     `env_digest` (`synthesis.envdir.env_digest`) are recorded in train_config.json, with the precision
-    the base was loaded in (`dtype`, a `tracerl.models.placement` name; `device`: see `device_for`)."""
+    the base was loaded in (`dtype`, a `tracerl.models.placement` name; `device`: see `device_for`).
+    `served_tolerance`: the served-policy check's, in nats (None: the precision's)."""
     sharded = config.shard == "fsdp2" and world.size > 1
     if sharded and server_url is None:
         raise InputError("shard: fsdp2 samples its rollouts on servers: in-process sampling would gather the whole "
@@ -144,8 +146,8 @@ def build_trainer(
         backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.rollout.temperature,
                                 max_new_tokens=config.rollout.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
                                 max_concurrency=config.rollout.batch_size)
-
-        backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature)
+        backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature,
+                                    tolerance=served_tolerance)
         backend.served_dir = Path(out) / "served_adapters"
         backend.start()  # servers answer, serve a base model, report sampling log-probs: before any rollout
     run_info = {"base": str(base), "env": env_source, "env_digest": env_digest, "init_adapter": None if init_adapter is None else str(init_adapter),

@@ -115,7 +115,8 @@ def clear_run(out: Path) -> None:
 def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *, force: bool = False,
               world: World = World(), init_adapter: str | Path | None = None, server_url: str | None = None,
               served_model: str | None = None, on_step: Callable[[dict[str, Any]], None] | None = None,
-              dtype: str | None = None, device: str | None = None) -> TrainSummary:
+              dtype: str | None = None, device: str | None = None,
+              served_tolerance: float | None = None) -> TrainSummary:
     """Train (or resume) one adapter into `out`, the base loaded in `dtype` on `device`
     (`tracerl.models.placement` names); every input is checked before the model loads."""
     out = Path(out)
@@ -125,7 +126,8 @@ def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *,
                          dtype=None if dtype == "auto" else dtype)
     trainer = build_trainer(config, base, env.make, out, env_source=env.source, env_digest=env.digest, world=world,
                             init_adapter=init_adapter, server_url=server_url, served_model=served_model,
-                            on_step=on_step, make_eval_env=env.make_eval, dtype=dtype, device=device)
+                            on_step=on_step, make_eval_env=env.make_eval, dtype=dtype, device=device,
+                            served_tolerance=served_tolerance)
     rows = trainer.train(resume=resume)
     evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
     return TrainSummary(

@@ -114,8 +114,9 @@ def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str, en
                 dtype: str | None = None) -> list[str]:
     """What differs between a saved run and one about to resume it: config fields (but the stopping
     rules max_steps and max_rollouts), then 'base', then the environment — a synthesized one by its
-    content ('env content': its digest), however its folder is spelled; another by its name ('env') —
-    and 'dtype' (a file that did not record it matches any)."""
+    content ('env content': its digest), however its folder is spelled (a run `tracerl train` wrote into a
+    workspace resumes as its stage); another by its name ('env') — and 'dtype' (a file that did not
+    record it matches any)."""
     free = {"max_steps", "max_rollouts"}
     try:  # a field the saved run predates counts as its default
         saved_config = TrainConfig.model_validate(saved.config).model_dump()
