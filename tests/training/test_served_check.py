@@ -97,7 +97,7 @@ def test_a_bfloat16_server_and_trainer_pass_and_a_wrong_adapter_fails(tmp_path):
     0.008 nats), and a server left on the adapter before a large update (a wrong adapter: 0.49) is refused."""
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.serve.server import ServerThread
-    from tracerl.training.served import TOLERANCES
+    from tracerl.models.served import TOLERANCES
 
     base = save_tiny_base(tmp_path / "base")
     model, tok = load_model(base, dtype="bfloat16")

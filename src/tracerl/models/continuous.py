@@ -1,7 +1,9 @@
 """Continuous batching for the in-process sampler: one running batch of turns over many episodes.
 
-`ContinuousSampler` keeps one KV-cache slot per live episode in preallocated tensors
-(`[slots, kv_heads, capacity, head_dim]` per layer, capacity grown by doubling). Each `step()`:
+`ContinuousSampler` keeps one KV-cache slot per live episode: by default in preallocated tensors
+(`SlotCache`: `[slots, kv_heads, capacity, head_dim]` per layer, capacity grown by doubling, so every
+slot has room for the longest episode), or with a token budget (`kv_cache_tokens`) in 16-token blocks
+from one pool of at most that many tokens (`PagedCache`), turns waiting while it is full. Each `step()`:
 
 1. prefills the turns added since the last step in one forward — each row only the tokens its
    slot does not hold yet (the conversation stays cached between an episode's turns; a first turn
@@ -10,7 +12,8 @@
 2. runs one decode forward over every row still generating, one token each;
 3. returns the turns that ended (stop token or budget). The caller lets the environment answer and
    adds the episode's next turn, which joins at the next step; `release` frees an ended episode's
-   slot (the last slot moves into it, so running rows stay in slots 0..n-1 and decode reads a view).
+   slot (the last slot moves into it, so running rows stay in slots 0..n-1 and decode reads a view of
+   a `SlotCache`; a `PagedCache` gathers each forward's rows' blocks).
 
 Rows never share positions: a row's keys sit at positions 0..len-1 of its slot, its queries at its
 own positions (the RoPE positions of an unpadded sequence), and a 4D attention mask lets each query
@@ -309,6 +312,8 @@ class ContinuousSampler:
         self.prefixes: dict[Any, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
         self.min_shared_prefix = min_shared_prefix
         self.forwards = 0
+        self.dropped = 0  # idle episodes' caches dropped to make room (their next turn runs all of it again)
+        self.held_back = 0  # steps at which a waiting turn did not fit
 
     @property
     def busy(self) -> bool:
@@ -400,13 +405,15 @@ class ContinuousSampler:
             held = sum(max(len(cache.tables.get(r.slot, [])), blocks(r.reserved) if id(r) in active else 0)
                        for r in self.by_slot if r is not row)
             idle = [r for r in self.by_slot if id(r) not in active and r is not row and cache.tables.get(r.slot)]
-            while held + need > cache.max_blocks and idle:
+            if held - sum(len(cache.tables[r.slot]) for r in idle) + need > cache.max_blocks:
+                self.held_back += 1
+                break  # even with every idle cache dropped: it and those after it wait for running turns to end
+            while held + need > cache.max_blocks:
                 victim = idle.pop(0)  # by slot: the longest-lived first
-                held -= len(cache.tables.get(victim.slot, []))
+                held -= len(cache.tables[victim.slot])
                 cache.free(victim.slot)
                 victim.cached = []
-            if held + need > cache.max_blocks:
-                break  # it and those after it wait for running turns to end
+                self.dropped += 1
             row.reserved = len(row.request.prompt_ids) + row.request.max_new_tokens
             starting.append(row)
         if not starting and not self.running and self.waiting:

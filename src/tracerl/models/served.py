@@ -38,8 +38,10 @@ float32 (2e-3) passes kernel noise and catches a server one step behind. bfloat1
 mantissa: two engines' log-probs of one model differ by whole units in the last place of the logits
 (0.156 nats here: 2.5 units at |logit| 8-16), so its tolerance (0.25) passes that and catches a
 server that holds no adapter or another one, while one step behind hides in the noise; float16
-(0.03) sits between its noise and one step. Larger models have larger logits and units in the last
-place: where a correct bfloat16 server is refused, `model.served_tolerance` raises it.
+(0.03) sits between its noise and one step. The tolerance is stated at temperature 1; at T < 1 it
+is tolerance / T (the start-up check's T = 0.5 doubles it: vLLM's bfloat16 base differed there by
+0.375 nats). Larger models have larger logits and units in the last place: where a correct bfloat16
+server is refused, `model.served_tolerance` raises it.
 """
 
 from __future__ import annotations
@@ -127,6 +129,11 @@ class ServedCheck:
         if tolerance is None:
             tolerance = TOLERANCES.get(dtype_name(model), TOLERANCE)
         self.model, self.prompts, self.temperature, self.tolerance = model, prompts, temperature, tolerance
+
+    def tolerance_at(self, temperature: float) -> float:
+        """The tolerance at sampling temperature T: `tolerance` / T below 1 (the engines' differences are the
+        logits', which T divides), `tolerance` from 1 up."""
+        return self.tolerance / min(1.0, temperature)
         self.last_difference: list[float] = []  # per server, after the latest swap
 
     def base_model(self, remote: Any, server: int) -> str:
@@ -152,9 +159,10 @@ class ServedCheck:
                                                     server=server)
             except RemotePolicyError as e:
                 raise InputError(f"{url}: the server cannot score the probe: {_first_line(e)}") from None
-            if max_difference(served, scaled) <= self.tolerance:
+            allowed = self.tolerance_at(MODE_TEMPERATURE)
+            if max_difference(served, scaled) <= allowed:
                 continue
-            if max_difference(served, raw) <= self.tolerance:
+            if max_difference(served, raw) <= allowed:
                 raise InputError(f"{url}: the server reports raw log-probs, not those of the distribution it samples "
                                  "from; start it with --logprobs-mode processed_logprobs")
             raise InputError(f"{url}: the served model '{base}' is not the trainer's base (next-token log-probs differ "
@@ -172,10 +180,10 @@ class ServedCheck:
                 raise ServedPolicyMismatch(f"{url}: cannot score the probe with adapter '{adapter}': {_first_line(e)}") from None
             diff = max_difference(served, mine)
             self.last_difference.append(diff)
-            if diff > self.tolerance:
+            if diff > self.tolerance_at(self.temperature):
                 raise ServedPolicyMismatch(
                     f"{url}: the served adapter '{adapter}' is not the trained one {label}: next-token log-probs "
-                    f"differ by up to {diff:.3g} nats (tolerance {self.tolerance:g}); the server did not load the "
+                    f"differ by up to {diff:.3g} nats (tolerance {self.tolerance_at(self.temperature):g}); the server did not load the "
                     "adapter just saved (is the checkpoint folder readable by the server?)")
 
 

@@ -33,7 +33,7 @@ LOGITS_CHUNK_ELEMENTS = 1 << 27  # tokens × vocabulary entries whose logits exi
 
 def token_logprobs(
     model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-    prefix_len: int = 0, *, entropy: bool = True, chunk_elements: int = LOGITS_CHUNK_ELEMENTS,
+    prefix_len: int = 0, *, entropy: bool = True, chunk_elements: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every token given its prefix, and the entropy of that position's distribution.
 
@@ -46,7 +46,8 @@ def token_logprobs(
     and the rest runs on top of it — the same values and gradients for a fraction of the compute
     (the rows of a GRPO group share their whole prompt). Positions 1…prefix_len−1 come back as 0.
 
-    Memory: while the scored tokens × vocabulary fit in `chunk_elements`, the model's logits are
+    Memory: while the scored tokens × vocabulary fit in `chunk_elements` (None: `LOGITS_CHUNK_ELEMENTS`,
+    read at the call), the model's logits are
     taken whole, as `model(...).logits`. Beyond that (Qwen3's 151,936-entry vocabulary: 883 tokens)
     the model runs with its output head set aside, and the head, the float32 log-softmax and the
     entropy run over chunks of `chunk_elements // vocabulary` tokens, each recomputed in backward
@@ -54,6 +55,7 @@ def token_logprobs(
     chunk, in training or not (TRL's selective log-softmax, fused with the head as Liger's
     linear cross-entropy is). The values are the same up to float rounding.
     """
+    chunk_elements = LOGITS_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
     head = _chunkable_head(model)
     rows, width = ids.shape
     scored = (width - 1) if prefix_len <= 0 else (width - prefix_len)

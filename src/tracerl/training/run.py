@@ -84,6 +84,16 @@ def attach_lora(model: Any, config: TrainConfig, init_adapter: str | Path | None
         raise InputError(f"{directory}: adapter does not fit the base model: {first[:300]}") from None
 
 
+def enable_activation_checkpointing(model: Any) -> None:
+    """Each decoder layer recomputed in backward (non-reentrant: the LoRA inputs need no grad flag), by
+    transformers' own switch (its name since 5.x, the older one before)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
 def check_env(make_env: Callable[[], Env], source: str) -> None:
     """One reset of the environment, so a broken environment fails before training."""
     try:
@@ -130,7 +140,7 @@ def build_trainer(
     model, tokenizer = load_base(base, torch.device("cpu") if sharded else device_for(world, device), dtype=dtype)
     peft_model = attach_lora(model, config, init_adapter)
     if config.gradient_checkpointing:
-        peft_model.get_base_model().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(peft_model.get_base_model())
     if sharded:  # every rank built the same adapter (seeded), so each keeps its slice of one model
         shard_model(peft_model, world, device_for(world))
     chat = ChatFormat(tokenizer)

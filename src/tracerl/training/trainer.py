@@ -15,8 +15,9 @@ Every evaluation (step 0, every `eval_steps`, the last step) also keeps the adap
 `snapshots/step_<n>/`: what TRACE's sample-efficiency curve composes at intermediate budgets.
 
 Under `shard: fsdp2` (`training.fsdp`) every rank runs the same forwards: a rank
-with fewer micro-batches runs a zero-weighted one, the shared prompt is not run apart, and local
-rollouts run with the whole model gathered (`full_parameters`).
+with fewer micro-batches runs a zero-weighted one and the shared prompt is not run apart. Its rollouts
+come from servers (`build_trainer` refuses in-process sampling, which would gather the whole model on
+every rank); a trainer built with a local backend anyway samples inside `full_parameters`.
 
 Every random draw is seeded from (seed, step, round, rank), so a resumed run repeats exactly what the
 uninterrupted run would have done.
