@@ -114,14 +114,22 @@ def test_sharded_run_with_server_rollouts(base, tmp_path):
 
 
 @pytest.mark.slow
-def test_tracerl_train_with_shard_fsdp2_under_torchrun(base, tmp_path):
+def test_tracerl_train_with_shard_fsdp2_under_torchrun(tmp_path):
     """The documented command: `torchrun … tracerl train --config --server` with `shard: fsdp2` writes a loadable
-    adapter."""
+    adapter (the tiny base with room for the airline's prompt, which the server must score)."""
     from peft import PeftModel
+    from training_helpers import tiny_model, tiny_tokenizer
     from transformers import AutoModelForCausalLM
 
     from tracerl.models.local import LocalPolicy, load_model
     from tracerl.serve.server import ServerThread
+
+    tok = tiny_tokenizer()
+    model = tiny_model(len(tok))
+    model.config.max_position_embeddings = 32768
+    base = str(tmp_path / "base")
+    model.save_pretrained(base)
+    tok.save_pretrained(base)
 
     cfg = tmp_path / "train.yaml"
     cfg.write_text("num_generations: 2\ngroups_per_step: 2\nmax_steps: 2\nrollout: {max_new_tokens: 6}\neval_episodes: 2\n"
