@@ -16,6 +16,7 @@ without one it is skipped with a one-line note.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import torch
 from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
@@ -382,6 +384,9 @@ class StageFunctions:
     def _launch(self, c: View, stage: str) -> dict[str, Any]:
         """The training stage `stage` under torchrun (`distributed.nproc_per_node` ranks, on `distributed.devices`):
         `tracerl.pipeline_ranks` runs it on every rank; rank 0 prints the stage's summary."""
+        gc.collect()
+        if torch.cuda.is_available():  # the earlier stages' models: their GPU memory back for the ranks
+            torch.cuda.empty_cache()
         n = c.distributed.nproc_per_node
         sections = self.ws.stage_launch(stage)  # the view, as given (unset stays unset)
         write_json(sections, {name: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v
