@@ -23,6 +23,7 @@ from tracerl.envs.collect import CollectConfig
 from tracerl.evaluation.stage import EvalConfig
 from tracerl.models.analysis import AnalysisConfig
 from tracerl.models.importing import GGUF_BASE
+from tracerl.models.placement import DType
 from tracerl.selection.stage import SelectConfig
 from tracerl.synthesis.stage import SynthesizeConfig
 from tracerl.training.config import TrainConfig, run_training_options
@@ -38,6 +39,20 @@ class ModelSection(Section):
                       "chat template renders tools (`tracerl import-model` writes one from a GGUF or with a template)")
     server_url: str | None = Field(None, description="an OpenAI-compatible server (vLLM, `tracerl serve`) for "
                                    "GRPO rollouts, with runtime LoRA loading; None = roll out in-process")
+    dtype: DType = Field("auto", description="the precision every stage loads the model in (collect, calibration, "
+                         "training, compose, curve, eval, the served-policy check): 'auto' = the checkpoint's own "
+                         "(float32 for the tiny agent, bfloat16 for Qwen3), or bfloat16, float16, float32. A vLLM "
+                         "server is started with the same --dtype; the served-policy check's tolerance is this "
+                         "precision's (tracerl.models.served.TOLERANCES)")
+    served_tolerance: float | None = Field(None, gt=0, description="nats by which a rollout server's next-token "
+                                           "log-probs may differ from the trainer's after a hot-swap (None: the "
+                                           "precision's, tracerl.models.served.TOLERANCES: float32 2e-3, "
+                                           "bfloat16 0.25, float16 0.03)")
+    device: str = Field("auto", description="where the in-process stages put the model (collect, calibration, "
+                        "compose, curve, eval, and training in the `tracerl run` process): 'auto' = the first "
+                        "visible GPU when CUDA is available, else the CPU; or cpu, cuda, cuda:N. Training under "
+                        "torchrun (`distributed.nproc_per_node` > 1) puts rank r on the r-th of "
+                        "`distributed.devices`; docs/gpu.md gives each recipe's placement")
 
     @field_validator("base")
     @classmethod
@@ -85,6 +100,25 @@ class BaselinesSection(Section):
                        "skipped, with a note, when no analysis model is configured")
 
 
+class DistributedSection(Section):
+    """How `tracerl run` trains (its train:<capability>, grpo_target and swe_rl stages) over several GPUs."""
+
+    nproc_per_node: int = Field(1, ge=1, description="training processes per training stage: 1 trains in the "
+                                "`tracerl run` process on model.device; N > 1 starts `torchrun --standalone "
+                                "--nproc_per_node=N -m tracerl.pipeline_ranks WORKSPACE STAGE` for the stage (each rank "
+                                "on its GPU, the stage's adapter written into the workspace as in one process) and "
+                                "waits for it, then the run goes on to compose, eval and report")
+    devices: list[int] | None = Field(None, description="the GPUs the training ranks take (the launch's "
+                                      "CUDA_VISIBLE_DEVICES), nproc_per_node of them; None = the visible ones. "
+                                      "Leave out the GPUs of the vLLM servers and model.device (docs/gpu.md)")
+
+    @model_validator(mode="after")
+    def _enough_devices(self) -> DistributedSection:
+        if self.devices is not None and len(self.devices) != self.nproc_per_node:
+            raise ValueError(f"distributed.devices names {len(self.devices)} GPUs for nproc_per_node {self.nproc_per_node}")
+        return self
+
+
 class TrainSection(TrainConfig):
     """`train:` of a run config: GRPO + LoRA. Its rollout settings are the run's top-level `rollout:` block."""
 
@@ -107,6 +141,7 @@ class RunConfig(Section):
     select: SelectConfig = Field(default_factory=SelectConfig)
     synthesize: SynthesizeConfig = Field(default_factory=SynthesizeConfig)
     train: TrainSection = Field(default_factory=TrainSection, description="GRPO + LoRA, TRL/PEFT names")
+    distributed: DistributedSection = Field(default_factory=DistributedSection)
     train_rejected: bool | Literal["informative"] = Field(
         False, description="train adapters on environments calibration rejected (marked in the report): true = "
         "every one; 'informative' = those with a group of mixed rewards, the others left untrained (no GRPO "

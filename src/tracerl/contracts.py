@@ -427,6 +427,8 @@ class TrainRun(Contract):
     init_adapter: str | None = None
     rollouts: str = Field(description="'local' or the rollout server's URL.")
     world_size: int = 1
+    dtype: str | None = Field(None, description="The precision the base was trained in (float32, bfloat16, "
+                              "float16); None in files written before it was recorded.")
 
 
 class MetricsRow(Record):
@@ -551,6 +553,9 @@ class CompositionSpec(Contract):
     gate_training: dict[str, Any] | None = None
     routing_accuracy: RoutingAccuracy | None = None
     template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    dtype: str | None = Field(None, description="The precision the base was composed in (its gates fitted in): what "
+                              "`load_composed` loads it in unless told otherwise; None in files written before it "
+                              "was recorded (the checkpoint's own).")
 
     @field_validator("format")
     @classmethod
@@ -586,6 +591,8 @@ class EvalResult(Contract):
     failures_by_capability: dict[str, int] = Field(description="Failed trajectories the rules labeller finds LACKING it.")
     per_task: dict[str, float] = Field(description="Task id → pass rate over its trials.")
     grading: Grading | None = Field(None, description="A live target's grader; None for a built-in domain.")
+    dtype: str | None = Field(None, description="The precision the variant's model ran in (in-process, or the "
+                              "served-policy check's local model); None in files written before it was recorded.")
 
     @field_validator("pass1")
     @classmethod
@@ -990,6 +997,10 @@ class Workspace:
     # bookkeeping
     def stage_record(self, stage: str) -> Path:
         return self.root / ".stages" / f"{stage}.json"
+
+    def stage_launch(self, stage: str) -> Path:
+        """The run-config sections a training stage launched under torchrun runs with (`tracerl.pipeline_ranks`)."""
+        return self.root / ".stages" / f"{stage.replace(':', '_')}.launch.json"
 
     @property
     def served_adapters(self) -> Path:

@@ -16,12 +16,18 @@ without one it is skipped with a one-line note.
 
 from __future__ import annotations
 
+import gc
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import torch
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -58,7 +64,7 @@ from tracerl.contracts import (
     read_metrics,
 )
 from tracerl.core.errors import InputError
-from tracerl.core.io import atomic_write_text, read_jsonl, write_jsonl
+from tracerl.core.io import atomic_write_text, read_jsonl, write_json, write_jsonl
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.collect import run_collect, target_factory, task_seeds
 from tracerl.envs.loading import load_rollouts
@@ -69,13 +75,14 @@ from tracerl.evaluation.evaluate import capability_note
 from tracerl.evaluation.report import build_report
 from tracerl.evaluation.served import LOCAL_NOTE, served_policy
 from tracerl.evaluation.stage import EvalVariant, run_evaluate
-from tracerl.models.local import LocalPolicy, load_model
+from tracerl.models.local import LocalPolicy, load_model, resolved_dtype
 from tracerl.models.analysis import AnalysisConfig
 from tracerl.selection.rules import failures_by_capability
 from tracerl.selection.stage import progress_steps, run_select
 from tracerl.stages import Stage, View, is_complete, run_stage, stale_reasons
 from tracerl.synthesis.stage import run_synthesize
 from tracerl.synthesis.target import load_target, target_from_live_env
+from tracerl.training.distributed import World
 from tracerl.training.stage import TrainEnv, run_train
 
 STAGES = ("collect", "select", "synthesize", "train", "compose", "grpo_target", "swe_rl", "gepa", "curve", "eval", "report")
@@ -87,12 +94,12 @@ SECTIONS = {
     "collect": ["seed", "model", "rollout", "target", "collect"],
     "select": ["seed", "select", "analysis"],
     "synthesize": ["seed", "model", "rollout", "target", "synthesize", "analysis"],
-    "train": ["seed", "model", "rollout", "train"],
+    "train": ["seed", "model", "rollout", "train", "distributed"],
     "compose": ["seed", "model", "rollout", "compose", "train_rejected"],  # train_rejected: which adapters exist
-    "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],  # collect: validation
-    "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected"],
+    "grpo_target": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "distributed"],
+    "swe_rl": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "distributed"],
     "gepa": ["seed", "model", "rollout", "target", "collect", "train", "train_rejected", "analysis", "gepa"],
-    "curve": ["seed", "rollout", "target", "collect", "train", "compose", "train_rejected"],
+    "curve": ["seed", "model", "rollout", "target", "collect", "train", "compose", "train_rejected"],
     "eval": ["seed", "model", "rollout", "target", "eval", "train_rejected"],
     "report": [],  # it reads the workspace, config.yaml included
 }
@@ -279,11 +286,18 @@ class StageFunctions:
         return target_factory(c.target.env, split, settings)
 
     @staticmethod
+    def dtype(c: View) -> str:
+        """The precision every stage loads the base in: `model.dtype`, "auto" named (the checkpoint's own)."""
+        return resolved_dtype(c.model.base, c.model.dtype)
+
+    @staticmethod
     def policy(c: View, *, temperature: float, seed: int, adapters: dict[str, Path] | None = None) -> LocalPolicy:
-        """A local policy over a fresh copy of the base model (adapters mutate the model they load into)."""
-        model, tokenizer = load_model(c.model.base)
+        """A local policy over a fresh copy of the base model (adapters mutate the model they load into),
+        in `model.dtype` on `model.device`."""
+        model, tokenizer = load_model(c.model.base, device=c.model.device, dtype=StageFunctions.dtype(c))
         policy = LocalPolicy(model, tokenizer, temperature=temperature, seed=seed,
-                             max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size)
+                             max_new_tokens=c.rollout.max_new_tokens, max_batch_size=c.rollout.batch_size,
+                             kv_cache_tokens=c.rollout.kv_cache_tokens)
         for name, path in (adapters or {}).items():
             policy.load_adapter(name, path)
         return policy
@@ -324,7 +338,8 @@ class StageFunctions:
                                            c.collect, self.ws.base_rollouts, split="train", rollout_settings=c.rollout,
                                            on_done=bar.advance).trajectories
         passed = sum(t.passed for t in trajectories)
-        return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories))}
+        return {"trajectories": len(trajectories), "passed": passed, "pass_rate": passed / max(1, len(trajectories)),
+                **({"dtype": self.dtype(c)} if c.target.results is None else {})}
 
     def select(self, c: View) -> dict[str, Any]:
         trajectories = read_jsonl(self.ws.base_rollouts, Trajectory)
@@ -352,21 +367,51 @@ class StageFunctions:
         with _progress(self.console, "calibrate (episodes, all capabilities and rounds)", None) as bar:
             run = run_synthesize(self.ws.capabilities, target, self.ws.envs, cfg,
                                  make_policy=lambda: self.policy(c, temperature=cfg.temperature, seed=c.seed),
-                                 policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens},
+                                 policy_info={"model": c.model.base, "max_new_tokens": c.rollout.max_new_tokens,
+                                              "dtype": self.dtype(c)},
                                  llm=llm, on_episode=bar.advance, on_outcome=no_env)
         if run.analysis is not None:
             self.console.print(f"analysis model (environment writer): {run.analysis}", highlight=False)
-        return {"environments": run.index.built()}
+        return {"environments": run.index.built(), "dtype": self.dtype(c)}
 
-    def train(self, c: View, capability: str) -> dict[str, Any]:
+    def train(self, c: View, capability: str, world: World | None = None) -> dict[str, Any]:
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, f"train:{capability}")
         env = TrainEnv.resolve(self.ws.env(capability))
         env.source = self.ws.rel(self.ws.env(capability))  # workspace-relative: a moved workspace resumes its runs
-        return self._train_adapter(c, env, self.ws.adapter(capability), label=capability)
+        return self._train_adapter(c, env, self.ws.adapter(capability), label=capability, world=world)
+
+    def _launch(self, c: View, stage: str) -> dict[str, Any]:
+        """The training stage `stage` under torchrun (`distributed.nproc_per_node` ranks, on `distributed.devices`):
+        `tracerl.pipeline_ranks` runs it on every rank; rank 0 prints the stage's summary."""
+        gc.collect()
+        if torch.cuda.is_available():  # the earlier stages' models: their GPU memory back for the ranks
+            torch.cuda.empty_cache()
+        n = c.distributed.nproc_per_node
+        sections = self.ws.stage_launch(stage)  # the view, as given (unset stays unset)
+        write_json(sections, {name: v.model_dump(mode="json", exclude_unset=True) if isinstance(v, BaseModel) else v
+                              for name, v in vars(c).items()})
+        torchrun = Path(sys.executable).parent / "torchrun"
+        command = [str(torchrun) if torchrun.exists() else "torchrun", "--standalone", f"--nproc_per_node={n}",
+                   "-m", "tracerl.pipeline_ranks", str(self.ws.root.resolve()), stage, "--sections",
+                   str(sections.resolve())]
+        command += ["--force"] if self.forcing else []
+        env = dict(os.environ)
+        if c.distributed.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, c.distributed.devices))
+        with _progress(self.console, f"{stage} (torchrun, {n} ranks)", None):
+            run = subprocess.run(command, env=env, capture_output=True, text=True)
+        if run.returncode != 0:
+            lines = [x for x in (run.stderr or run.stdout).strip().splitlines() if x.strip()]
+            reason = next((x for x in reversed(lines) if "InputError" in x or x.startswith("error")), lines[-1] if lines else "")
+            raise InputError(f"{stage}: torchrun with {n} ranks failed (exit {run.returncode}): {reason[:500]}",
+                             path=str(self.ws.root))
+        return json.loads(run.stdout.strip().splitlines()[-1])
 
     def _train_adapter(self, c: View, env: TrainEnv, out: Path, *, label: str, max_rollouts: int | None = None,
-                       heldout: list[int] | None = None) -> dict[str, Any]:
+                       heldout: list[int] | None = None, world: World | None = None) -> dict[str, Any]:
         """`run_train` on `env` into `out`, with this stage's config (`heldout`: the held-out seeds, when not
-        the config's own)."""
+        the config's own; `world`: the ranks, under `tracerl.pipeline_ranks`)."""
         cfg = train_config(c.train, c.rollout, c.seed)
         if max_rollouts is not None:
             cfg = cfg.model_copy(update={"max_rollouts": max_rollouts, "max_steps": max(cfg.max_steps, 10_000)})
@@ -380,8 +425,9 @@ class StageFunctions:
                 bar.update(row["step"] if max_rollouts is None else row["rollouts_used"])
 
             summary = run_train(env, c.model.base, out, cfg, force=self.forcing, server_url=c.model.server_url,
-                                on_step=on_step)
-        return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed"})
+                                on_step=on_step, dtype=c.model.dtype, device=c.model.device, world=world or World(),
+                                served_tolerance=c.model.served_tolerance)
+        return summary.model_dump(include={"rollouts_used", "eval_success_first", "eval_success_last", "resumed", "dtype"})
 
     def compose(self, c: View) -> dict[str, Any]:
         caps = self.trained_envs(c.train_rejected)
@@ -390,7 +436,7 @@ class StageFunctions:
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)
                                envs={cap: self.ws.env(cap) for cap in caps},
                                target=target_lacking(self.ws.base_rollouts, self.ws.root, caps)
-                               if fits_target_openings(c.compose) else [])
+                               if fits_target_openings(c.compose) else [], dtype=self.dtype(c), device=c.model.device)
         run = run_compose(inputs, c.compose, {m: self.ws.composed(m) for m in c.compose.modes}, seed=c.seed,
                           names={m: COMPOSITION_MODES[m].variant for m in c.compose.modes}, gate_dir=self.ws.gate_data,
                           rollout_settings=c.rollout,
@@ -398,22 +444,26 @@ class StageFunctions:
                                                           adapters=dict(zip(caps, inputs.adapters))))
         return compose_summary(run)
 
-    def grpo_target(self, c: View) -> dict[str, Any]:
+    def grpo_target(self, c: View, world: World | None = None) -> dict[str, Any]:
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, "grpo_target")
         env = TrainEnv(self.target_env(c, "train"), source=c.target.env, name=c.target.env,
                        make_eval=self.target_env(c, "train"))
         return self._train_adapter(c, env, self.ws.baseline("grpo_target"), label="grpo_target",
-                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c), world=world)
 
-    def swe_rl(self, c: View) -> dict[str, Any]:
+    def swe_rl(self, c: View, world: World | None = None) -> dict[str, Any]:
         """SWE-RL's baseline: GRPO on the target's train split rewarded by the submitted patch's similarity
         to the gold patch (the target's `reward="swe_rl"`), its checkpoints evaluated on the validation
         episodes by the target's own reward, as GRPO-on-target's."""
+        if world is None and c.distributed.nproc_per_node > 1:
+            return self._launch(c, "swe_rl")
         train = target_factory(c.target.env, "train", {"reward": "swe_rl"})
         train()  # a target without SWE-RL's reward fails here, in one line
         env = TrainEnv(train, source=f"{c.target.env} (reward swe_rl)", name="swe_rl",
                        make_eval=self.target_env(c, "train"))
         return self._train_adapter(c, env, self.ws.baseline("swe_rl"), label="swe_rl",
-                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c))
+                                   max_rollouts=self.trace_rollouts(c), heldout=self.validation_seeds(c), world=world)
 
     def gepa(self, c: View) -> dict[str, Any]:
         """GEPA's system prompt within TRACE's rollout budget on the target's train split; its running-best
@@ -442,7 +492,7 @@ class StageFunctions:
         inputs = CurveInputs(variant=mode.variant, composed=self.ws.composed(mode.name),
                              adapters={cap: self.ws.adapter(cap) for cap in self.trained_envs(c.train_rejected)},
                              gate_rollouts=GateData.read(gate).rollouts if gate.exists() else 0,
-                             seeds=self.validation_seeds(c))
+                             seeds=self.validation_seeds(c), device=c.model.device)
         with _progress(self.console, f"curve {inputs.variant} (episodes)", None) as bar:
             curve = run_curve(inputs, c.rollout, self.target_env(c, "train"), self.ws.curve, seed=cfg.seed,
                               on_done=bar.advance)
@@ -461,8 +511,9 @@ class StageFunctions:
                                                                                               adapters),
                                   count_failures=lambda trajectories: failures_by_capability(trajectories, selected),
                                   base=EvalResult.read(base_path) if variant != "base" and base_path.exists() else None,
-                                  tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance)
-        return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used}
+                                  tau2_results=c.target.env.startswith("tau2:"), on_done=bar.advance,
+                                  dtype=self.dtype(c), device=c.model.device)
+        return {"pass1": result.pass1.mean, "rollouts_used": played.rollouts_used, "dtype": result.dtype}
 
     def eval_variant(self, c: View, variant: str) -> EvalVariant:
         """What plays as `variant` in this workspace, and the rollouts its training consumed."""
@@ -491,7 +542,8 @@ class StageFunctions:
         return served_policy(c.model.server_url, c.model.base, make_env,
                              adapter=(adapter, adapters[adapter]) if adapter else None, temperature=temperature,
                              seed=c.seed, max_new_tokens=c.rollout.max_new_tokens, batch_size=c.rollout.batch_size,
-                             served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"))
+                             served_dir=self.ws.served_adapters, api_key=os.environ.get("OPENAI_API_KEY"),
+                             dtype=self.dtype(c), device=c.model.device, served_tolerance=c.model.served_tolerance)
 
     def report(self, c: View) -> dict[str, Any]:
         report = build_report(self.ws.root)

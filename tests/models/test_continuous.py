@@ -216,3 +216,38 @@ def test_composed_model_records_equal_lockstep(toy, tokenizer, tmp_path, mode, m
     if mode == "router" or moe_routing == "opening":  # routed once per episode, the slot kept in its record
         slots = {max(t.info["routing"], key=t.info["routing"].get) for t in continuous}
         assert len(slots) >= 2 or mode == "router"  # one running batch mixes episodes routed apart
+
+
+@pytest.mark.slow
+def test_a_token_budget_bounds_the_cache_with_the_same_tokens():
+    """`kv_cache_tokens`: the tiny agent's airline episodes, greedy and sampled, give the records of the
+    unbounded cache while the cache holds at most the budget — turns wait, and idle episodes' caches are
+    dropped and recomputed, when it is full."""
+    from tracerl.core.errors import InputError
+    from tracerl.envs.airline.env import AirlineEnv
+
+    model, tokenizer = load_model("tiny-agent", device="cpu")
+    episodes = [Episode(seed=1_000_003 + k) for k in range(6)]
+
+    def run(temperature, budget):
+        policy = LocalPolicy(model, tokenizer, temperature=temperature, max_new_tokens=64, seed=7, kv_cache_tokens=budget)
+        made = []
+        make = policy.turns
+        policy.turns = lambda rows: made.append(make(rows)) or made[-1]
+        trajectories = rollout(lambda: AirlineEnv(split="test", max_turns=6), policy, episodes, batch_size=4)
+        (sampler,) = made[0].samplers.values()
+        return trajectories, sampler
+
+    for temperature in (0.0, 1.0):
+        unbounded, plain = run(temperature, None)
+        longest = max(len(t.tokens.ids) for t in unbounded)
+        budget = longest + 64 + 16  # one turn of the longest episode fits, not four episodes
+        bounded, paged = run(temperature, budget)
+        assert_same_records(bounded, unbounded)
+        assert paged.cache.peak_blocks * paged.cache.block <= budget
+        assert paged.peak_allocated_tokens <= budget + paged.cache.block  # the pool and its scratch block
+        assert plain.peak_allocated_tokens >= 4 * longest  # every slot the capacity of the longest
+        assert paged.peak_allocated_tokens < plain.peak_allocated_tokens / 2
+        assert paged.held_back > 0 and paged.dropped > 0  # turns waited, caches were dropped and recomputed
+    with pytest.raises(InputError, match="kv_cache_tokens"):
+        run(0.0, 64)  # less than the first turn needs

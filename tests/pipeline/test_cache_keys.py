@@ -65,7 +65,7 @@ def candidates(value: Any, annotation: Any) -> list[Any]:
             return [type(value)([v / 2 for v in value])]
         return [value[:-1], list(value) + list(value[:1])]
     if value is None:
-        return options + [1, 0.5, "/nonexistent/changed.json", True]
+        return options + [1, 0.5, 4096, "/nonexistent/changed.json", True, [], [0]]
     raise AssertionError(f"no candidate for {value!r}")
 
 

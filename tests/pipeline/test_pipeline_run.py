@@ -93,6 +93,13 @@ def test_pipeline_end_to_end_then_cached(tmp_path, capsys, monkeypatch):
     assert efficiency["test"]["trace_moe"]["mean"] == report["evaluation"]["trace_moe"]["pass1"]["mean"]
     assert (ws / "config.yaml").exists() and log["report"].endswith("index.html")
     assert "gepa" not in stages and report["missing"]["gepa"].startswith("GEPA (baselines.gepa) did not run")
+    # every stage that loads the model records the precision it ran in (model.dtype auto: the agent's float32)
+    assert {read_json(f)["dtype"] for f in [*(ws / "eval").glob("*.json"), *ws.glob("adapters/*/train_config.json"),
+                                            ws / "baselines" / "grpo_target" / "train_config.json",
+                                            *ws.glob("composed*/composition.json")]} == {"float32"}
+    assert {s["summary"]["dtype"] for s in log["stages"] if s["stage"].split(":")[0] in
+            ("collect", "synthesize", "train", "compose", "grpo_target", "eval")} == {"float32"}
+    assert all(read_json(f)["settings"]["dtype"] == "float32" for f in ws.glob("envs/*/calibration.json"))
     assert sorted(report["trained_rejected"]) == sorted(EnvIndex.read(ws / "envs" / "index.json").built())
     assert "rejected by calibration, trained anyway" in (ws / "report" / "index.html").read_text()
     # every file passed between the stages reads through its contract, and none lacks one

@@ -5,11 +5,14 @@
     torchrun --standalone --nproc_per_node=2 distributed_worker.py BASE OUT server
 
 same-batch: one update on one sampled batch, FSDP2-sharded vs one process on the whole batch (gradient,
-AdamW step), with micro-batch counts that differ between the ranks, hinted rollouts and a KL term; rank 0
+AdamW step), with micro-batch counts that differ between the ranks, hinted rollouts, a KL term and the
+output head over chunks of 4 tokens (`token_logprobs`' chunked path under FSDP2's root unit); rank 0
 writes what it measured to OUT/same-batch.json (also each rank's share of the parameters).
 train: `GRPOTrainer.train` with `shard` as given, into OUT (the adapter and metrics, as any run).
-server: a sharded run whose rollouts come from `tracerl serve` (in rank 0's process), the adapter hot-swapped
-and checked after each step; rank 0 writes OUT/server.json.
+server: a sharded run, the adapter hot-swapped and checked after each step; rank 0 writes OUT/server.json.
+
+Rollouts come from `tracerl serve` in rank 0's process (`serving`: one request at a time, so a rerun samples
+exactly the same), as `shard: fsdp2` requires; same-batch samples its batch in one process.
 """
 
 import argparse
@@ -23,6 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 torch.set_num_threads(1)
 
+from contextlib import contextmanager  # noqa: E402
+
 from letters_run import config  # noqa: E402
 from training_helpers import LetterEnv  # noqa: E402
 
@@ -33,21 +38,44 @@ from tracerl.training.run import build_trainer  # noqa: E402
 from tracerl.training.sequences import training_sequence  # noqa: E402
 
 
+@contextmanager
+def serving(world: World, base: str):
+    """`tracerl serve` of `base` in rank 0's process (one request at a time); its URL on every rank."""
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+
+    thread = served = None
+    if world.is_main:
+        model, tok = load_model(base)
+        served = LocalPolicy(model, tok, logprobs_mode="processed_logprobs")
+        thread = ServerThread(served, max_batch_size=1).__enter__()
+    try:
+        yield all_gather(world, thread.base_url if thread else None)[0], served
+        all_gather(world, None)  # rank 0 serves until every rank is done
+    finally:
+        if thread is not None:
+            thread.__exit__(None, None, None)
+
+
 def same_batch(base: str, out: Path) -> None:
+    import tracerl.training.loss as loss
+
     world = init_world()
+    loss.LOGITS_CHUNK_ELEMENTS = 4 * 300  # the output head over chunks of 4 tokens (the tiny vocabulary: 300)
     cfg = config(1).model_copy(update={"num_iterations": 1, "beta": 0.04, "shard": "fsdp2"})
-    sharded = build_trainer(cfg, base, LetterEnv, out / "fsdp2", world=world)
-    assert sharded.sharded
-    sample = sharded.sample_step(1)  # rollouts with the gathered model; every rank gets every group
+    single = build_trainer(cfg.model_copy(update={"shard": "none"}), base, LetterEnv, out / "single", world=World())
+    sample = single.sample_step(1)  # the same seeded rollouts on every rank (one process each)
     rewards = torch.tensor([[t.reward for t in g] for g in sample.groups], dtype=torch.float64)
     adv, keep = group_advantages(rewards), informative_groups(rewards)
-    seqs = [training_sequence(t, float(adv[g, i]), sharded._hint_free_prompt(t), sharded.render_prompt)
+    seqs = [training_sequence(t, float(adv[g, i]), single._hint_free_prompt(t), single.render_prompt)
             for g in range(len(sample.groups)) if keep[g] for i, t in enumerate(sample.groups[g])]
     seqs = seqs[: len(seqs) - 1 + len(seqs) % 2]  # an odd count 2k + 1: the ranks get k + 1 and k sequences …
     assert len(seqs) >= 3 and any(s.hinted for s in seqs), (len(seqs), "need hinted rollouts and 3 sequences")
     cfg = cfg.model_copy(update={"per_device_train_batch_size": len(seqs) // 2})  # … so 2 and 1 micro-batches
-    sharded.cfg = cfg
-    single = build_trainer(cfg.model_copy(update={"shard": "none"}), base, LetterEnv, out / "single", world=World())
+    single.cfg = cfg.model_copy(update={"shard": "none"})
+    with serving(world, base) as (url, _):
+        sharded = build_trainer(cfg, base, LetterEnv, out / "fsdp2", world=world, server_url=url)
+    assert sharded.sharded
     before = torch.cat([p.detach().flatten() for p in single.params])
     single.update(copy.deepcopy(seqs))
     sharded.update(seqs)
@@ -75,7 +103,8 @@ def same_batch(base: str, out: Path) -> None:
 def train(base: str, out: Path, shard: str, steps: int, resume: bool) -> None:
     world = init_world()
     cfg = config(steps).model_copy(update={"shard": shard})
-    build_trainer(cfg, base, LetterEnv, out, world=world).train(resume=resume)
+    with serving(world, base) as (url, _):
+        build_trainer(cfg, base, LetterEnv, out, world=world, server_url=url, served_model="letters").train(resume=resume)
     shutdown(world)
 
 
@@ -83,18 +112,9 @@ def server(base: str, out: Path) -> None:
     from peft.utils import get_peft_model_state_dict
     from safetensors.torch import load_file
 
-    from tracerl.models.local import LocalPolicy, load_model
-    from tracerl.serve.server import ServerThread
-
     world = init_world()
     cfg = config(2).model_copy(update={"shard": "fsdp2", "num_iterations": 1})
-    served = thread = None
-    if world.is_main:
-        model, tok = load_model(base)
-        served = LocalPolicy(model, tok, logprobs_mode="processed_logprobs")
-        thread = ServerThread(served).__enter__()
-    url = all_gather(world, thread.base_url if thread else None)[0]
-    try:
+    with serving(world, base) as (url, served):
         trainer = build_trainer(cfg, base, LetterEnv, out / "run", world=world, server_url=url, served_model="letters")
         rows = trainer.train()
         if world.is_main:
@@ -107,10 +127,6 @@ def server(base: str, out: Path) -> None:
                 "served_check_difference": trainer.backend.check.last_difference,
                 "trained": any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k),
             }, indent=2))
-        all_gather(world, None)  # rank 0 serves until every rank is done
-    finally:
-        if thread is not None:
-            thread.__exit__(None, None, None)
     shutdown(world)
 
 

@@ -37,7 +37,8 @@ def test_run_with_world_size_2_refuses_before_touching_the_workspace(tmp_path):
     assert len(lines) == 1, out.stderr
     assert "`tracerl run` is single-process (started with WORLD_SIZE=2)" in lines[0]
     # the command it shows trains the workspace's environments with the config's base model and server
-    assert (f"`torchrun --nproc_per_node=2 -m tracerl.cli train --all --env {ws}/envs --out ADAPTERS "
+    assert "set distributed.nproc_per_node: 2 in the config" in lines[0]
+    assert (f"`torchrun --nproc_per_node=2 -m tracerl.cli train --all --env {ws}/envs --out {ws}/adapters "
             f"--config {GPU_CONFIG} --base Qwen/Qwen3-8B --server http://127.0.0.1:8000/v1`") in lines[0]
     assert not ws.exists()
 

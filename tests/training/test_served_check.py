@@ -90,3 +90,36 @@ def test_each_swap_is_checked_and_a_skipped_swap_stops_training(tmp_path):
         with pytest.raises(ServedPolicyMismatch, match="not the trained one"):
             backend.after_step(trainer.out)
         assert max(backend.check.last_difference) > 10 * TOLERANCE
+
+
+def test_a_bfloat16_server_and_trainer_pass_and_a_wrong_adapter_fails(tmp_path):
+    """`model.dtype: bfloat16` on both sides: the tolerance is bfloat16's, the served adapter passes it (measured
+    0.008 nats), and a server left on the adapter before a large update (a wrong adapter: 0.49) is refused."""
+    from tracerl.models.local import LocalPolicy, load_model
+    from tracerl.serve.server import ServerThread
+    from tracerl.models.served import TOLERANCES
+
+    base = save_tiny_base(tmp_path / "base")
+    model, tok = load_model(base, dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    with ServerThread(LocalPolicy(model, tok, logprobs_mode="processed_logprobs")) as server:
+        trainer = build_trainer(CFG, base, LetterEnv, tmp_path / "out", server_url=server.base_url, dtype="bfloat16")
+        backend, peft_model = trainer.backend, trainer.model
+        assert trainer.run_info["dtype"] == "bfloat16" and backend.check.tolerance == TOLERANCES["bfloat16"]
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_" in name:
+                    p.add_(0.3 * torch.randn_like(p))
+        ckpt.save_adapter(peft_model, trainer.out)
+        backend.after_step(trainer.out)
+        assert max(backend.check.last_difference) <= TOLERANCES["bfloat16"]
+        with torch.no_grad():
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    p.add_(0.3 * torch.randn_like(p))
+        ckpt.save_adapter(peft_model, trainer.out)
+        backend.control.swap_adapter = lambda *a, **k: None  # the server keeps the adapter before the update
+        with pytest.raises(ServedPolicyMismatch, match="not the trained one"):
+            backend.after_step(trainer.out)
+        assert max(backend.check.last_difference) > TOLERANCES["bfloat16"]

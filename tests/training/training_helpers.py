@@ -66,3 +66,23 @@ def save_tiny_base(directory) -> str:
     model.save_pretrained(directory)
     tok.save_pretrained(directory)
     return str(directory)
+
+
+def tiny_moe_model(vocab_size: int, seed: int = 0):
+    """A real Qwen3-MoE (transformers 5: fused expert weights) with random weights, 4 experts, 2 per token."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen3MoeConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, moe_intermediate_size=16,
+                         num_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=8, max_position_embeddings=512, tie_word_embeddings=True)
+    return Qwen3MoeForCausalLM(cfg)
+
+
+def save_tiny_moe_base(directory) -> str:
+    """The tiny Qwen3-MoE + tokenizer saved as a Hugging Face model directory."""
+    tok = tiny_tokenizer()
+    model = tiny_moe_model(len(tok))
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return str(directory)

@@ -175,6 +175,42 @@ def test_served_check_catches_a_skipped_swap(vllm_server, tmp_path):
     assert max(backend.check.last_difference) > 10 * TOLERANCE
 
 
+def test_bfloat16_server_passes_the_check_and_a_wrong_adapter_fails(vllm_logs, tmp_path):
+    """`model.dtype: bfloat16` with vLLM started with `--dtype bfloat16`: the trained adapter served passes
+    bfloat16's tolerance (benchmarks/served_precision.py measured 0.156 nats of engine noise), a server left on
+    the adapter before a large update does not."""
+    from tracerl.training import checkpoint as ckpt
+    from tracerl.training.config import TrainConfig
+    from tracerl.training.run import build_trainer, resolve_env
+    from tracerl.models.served import TOLERANCES, ServedPolicyMismatch
+
+    server = start_server(vllm_logs, "bfloat16", dtype="bfloat16")
+    try:
+        make_env, _, _ = resolve_env("airline")
+        cfg = TrainConfig.model_validate({**TRAIN, "eval_episodes": 0})
+        trainer = build_trainer(cfg, "tiny-agent", make_env, tmp_path / "run", server_url=server.url, dtype="bfloat16")
+        backend, model = trainer.backend, trainer.model
+        assert backend.check.tolerance == TOLERANCES["bfloat16"]
+        torch.manual_seed(0)
+
+        def update(scale: float) -> None:
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if "lora_" in name:
+                        p.add_(scale * torch.randn_like(p))
+            ckpt.save_adapter(model, trainer.out)
+
+        update(2e-2)
+        backend.after_step(trainer.out)  # swapped: equal within bfloat16's tolerance
+        assert max(backend.check.last_difference) <= TOLERANCES["bfloat16"]
+        update(1e-1)
+        backend.control.swap_adapter = lambda *a, **k: None  # the swap is skipped: the server keeps the old adapter
+        with pytest.raises(ServedPolicyMismatch, match="not the trained one"):
+            backend.after_step(trainer.out)
+    finally:
+        server.stop()
+
+
 def test_two_servers_share_the_rollouts(vllm_server, vllm_logs, tmp_path):
     """`--server A,B`: episodes spread over both, the adapter hot-swapped and checked on each."""
     second = start_server(vllm_logs, "second")
@@ -201,7 +237,7 @@ def test_the_documented_command_is_the_tested_one():
     documented = " ".join(remote.__doc__.replace("\\\n", " ").split())
     assert tested in documented, (tested, documented)
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert " ".join(vllm_command("Qwen/Qwen3-8B", 8000)) in readme
+    assert " ".join(vllm_command("Qwen/Qwen3-8B", 8000, dtype="bfloat16")) in " ".join(readme.split())  # model.dtype
 
 
 def test_chat_completions_return_the_agents_tool_calls(vllm_server):

@@ -39,6 +39,9 @@ def register(app: typer.Typer) -> None:
         zero_shot: bool = typer.Option(False, "--zero-shot", help="router/merge: keep the pure zero-shot router (do not calibrate its label head on --trajectories)."),
         name: str = typer.Option(None, help="Model name the composed model is served under (default: the --out folder's name)."),
         seed: int = typer.Option(0, help="Seed of the held-out split, gate init and gate training."),
+        dtype: str = typer.Option("auto", "--dtype", help="The base's precision: auto (the checkpoint's own), bfloat16, "
+                                  "float16 or float32 (the adapters' training precision; recorded in composition.json)."),
+        device: str = typer.Option("auto", "--device", help="Where the base runs: auto, cpu, cuda, cuda:N."),
         as_json: bool = typer.Option(False, "--json", help="Print composition.json to stdout."),
     ) -> None:
         """Compose capability adapters into one model (token-level MoE gates, or the task-level router)."""
@@ -83,7 +86,8 @@ def register(app: typer.Typer) -> None:
             target = target_lacking(Path(target_rollouts), Path(capabilities).parent, [Path(d).name for d in dirs])
         inputs = ComposeInputs(base=base, adapters=[Path(d) for d in dirs],
                                capabilities=None if capabilities is None else Path(capabilities),
-                               trajectories=[Path(t) for t in trajectories or []], target=target)
+                               trajectories=[Path(t) for t in trajectories or []], target=target, dtype=dtype,
+                               device=device)
         console = Console(stderr=True)
         with Progress(console=console, transient=True) as progress:
             per_layer = moe_routing == "opening"  # the gates are fitted one layer at a time

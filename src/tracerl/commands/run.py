@@ -26,7 +26,8 @@ def single_process(command: str, config_path: Path, workspace: Path | None) -> N
         return
     message = f"`tracerl {command}` is single-process (started with WORLD_SIZE={size}): run it without torchrun"
     if command != "eval":
-        envs = f"{workspace}/envs" if workspace is not None else "WORKSPACE/envs"
+        root = workspace if workspace is not None else "WORKSPACE"
+        envs = f"{root}/envs"
         base, server = "BASE", ""
         try:
             from tracerl.config import load_run_config
@@ -35,9 +36,10 @@ def single_process(command: str, config_path: Path, workspace: Path | None) -> N
             base, server = model.base, f" --server {model.server_url}" if model.server_url else ""
         except InputError:
             pass  # the placeholders stand
-        message += (f"; to train on {size} ranks: `torchrun --nproc_per_node={size} -m tracerl.cli train --all --env "
-                    f"{envs} --out ADAPTERS --config {config_path} --base {base}{server}` (GRPO on the target: "
-                    "--env <target env> --max-rollouts N)")
+        message += (f"; to train on {size} ranks set distributed.nproc_per_node: {size} in the config (`tracerl run` "
+                    f"then starts torchrun for each training stage), or train into the workspace with `torchrun "
+                    f"--nproc_per_node={size} -m tracerl.cli train --all --env {envs} --out {root}/adapters --config "
+                    f"{config_path} --base {base}{server}` and rerun `tracerl run`, which takes those adapters up")
     raise InputError(message)
 
 

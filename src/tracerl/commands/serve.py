@@ -19,6 +19,8 @@ def serve_command(
     port: Annotated[int, typer.Option(help="Port.")] = 8000,
     api_key: Annotated[Optional[str], typer.Option(help="Require 'Authorization: Bearer KEY' (default: $TRACERL_API_KEY, else none).")] = None,
     device: Annotated[Optional[str], typer.Option(help="cpu, cuda, cuda:1 … (default: cuda when present).")] = None,
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's own; a composed model's: its composition's), "
+                                            "bfloat16, float16 or float32.")] = "auto",
     max_tokens: Annotated[int, typer.Option(help="Largest max_tokens a request may ask for.")] = 1024,
     max_request_bytes: Annotated[int, typer.Option(help="Largest request body.")] = 1_000_000,
     max_batch_size: Annotated[int, typer.Option(help="Rows batched together in one generation.")] = 16,
@@ -52,9 +54,10 @@ def serve_command(
     if (Path(model) / "composition.json").exists():  # a composed model from `tracerl compose`
         from tracerl.models.composed.policy import composed_server_policy
 
-        policy, served_model_name = composed_server_policy(model, device, logprobs_mode, served_model_name, adapters)
+        policy, served_model_name = composed_server_policy(model, device, logprobs_mode, served_model_name, adapters,
+                                                           dtype=None if dtype == "auto" else dtype)
     else:
-        loaded, tokenizer = load_model(model, device=device)
+        loaded, tokenizer = load_model(model, device=device, dtype=dtype)
         policy = LocalPolicy(loaded, tokenizer, logprobs_mode=logprobs_mode)  # type: ignore[arg-type]
     for name, path in adapters:
         policy.load_adapter(name, path)

@@ -20,7 +20,8 @@ from rich.table import Table
 
 def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, force: bool, max_rollouts: int | None,
               max_steps: int | None, seed: int | None, adapter: Path | None, server: str | None,
-              served_model: str | None, quiet: bool, console: Console) -> dict[str, Any]:
+              served_model: str | None, quiet: bool, console: Console, dtype: str | None = None,
+              device: str | None = None) -> dict[str, Any]:
     """Train (or resume) one adapter into `out` with `run_train`; returns its summary."""
     from tracerl.training.config import load_config
     from tracerl.training.distributed import init_world
@@ -44,8 +45,22 @@ def train_one(env: str | Path, base: str, out: Path, *, config: Path | None, for
             progress.update(task, completed=row["step"], info="  ".join(bits))
 
         summary = run_train(train_env, base, out, cfg, force=force, world=world, init_adapter=adapter,
-                            server_url=server, served_model=served_model, on_step=on_step)
+                            server_url=server, served_model=served_model, on_step=on_step, dtype=dtype, device=device)
     return summary.model_dump()
+
+
+def run_config_model(config: Path | None) -> dict[str, Any]:
+    """The `model:` section of a run config given as --config (a training config has none: {})."""
+    import yaml
+
+    if config is None or not config.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(config.read_text()) or {}
+    except yaml.YAMLError:
+        return {}  # load_config reports it with its line
+    model = data.get("model") if isinstance(data, dict) and "train" in data else None
+    return model if isinstance(model, dict) else {}
 
 
 def register(app: typer.Typer) -> None:
@@ -67,6 +82,11 @@ def register(app: typer.Typer) -> None:
         adapter: Optional[Path] = typer.Option(None, "--adapter", help="start from this LoRA adapter instead of a fresh one"),
         server: Optional[str] = typer.Option(None, "--server", help="OpenAI-compatible vLLM server for rollouts (hot-swapped adapter)"),
         served_model: Optional[str] = typer.Option(None, "--served-adapter-name", help="the adapter's name on the server"),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="the base's precision: auto (the checkpoint's own), "
+                                            "bfloat16, float16, float32 (default: a run config's model.dtype, else auto)"),
+        device: Optional[str] = typer.Option(None, "--device", help="one process: auto, cpu, cuda, cuda:N (default: a "
+                                             "run config's model.device, else auto); under torchrun each rank takes "
+                                             "cuda:LOCAL_RANK"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON on stdout"),
     ) -> None:
         """Train a LoRA adapter with multi-turn GRPO on a capability environment (or on the target)."""
@@ -78,13 +98,16 @@ def register(app: typer.Typer) -> None:
         check_output(out, folder=True)
         console = Console(stderr=True)
         jobs = [(d, out / d.name) for d in capability_dirs(env)] if all_ else [(env, out)]
+        model = run_config_model(config)
+        dtype = dtype or model.get("dtype")
+        device = device or model.get("device")
         from tracerl.training.distributed import init_world, shutdown
 
         try:
             summaries = [
                 train_one(e, base, o, config=config, force=force, max_rollouts=max_rollouts, max_steps=max_steps,
                           seed=seed, adapter=adapter, server=server, served_model=served_model, quiet=as_json,
-                          console=console)
+                          console=console, dtype=dtype, device=device)
                 for e, o in jobs
             ]
         finally:

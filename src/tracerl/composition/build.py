@@ -34,6 +34,7 @@ from tracerl.models.composed.composition import Composition, adapter_capability,
 from tracerl.models.composed.examples import prompt_example
 from tracerl.models.composed.router import request_of
 from tracerl.models.local import load_model
+from tracerl.models.placement import dtype_name
 
 
 @dataclass
@@ -59,6 +60,8 @@ class ComposeOptions:
     router_fit: bool = True  # router/merge: calibrate the label head on the training trajectories' first user turns
     router_fit_steps: int = 300
     seed: int = 0
+    dtype: str | None = None  # the base's precision and device (`tracerl.models.placement` names; None: "auto")
+    device: str | None = None
 
 
 def capabilities_for(adapters: list[LoRAAdapter], capabilities_file: str | None,
@@ -132,7 +135,8 @@ def build_composition(
     adapters = [load_adapter(d) for d in adapter_dirs]
     capabilities = capabilities_for(adapters, options.capabilities_file, options.capabilities)
     trajectories = load_trajectories(options.trajectories, [c.name for c in capabilities])
-    model, tokenizer = loaded_base if loaded_base is not None else load_model(base)
+    model, tokenizer = loaded_base if loaded_base is not None else load_model(base, device=options.device,
+                                                                                dtype=options.dtype)
     composition = compose(model, adapters, capabilities, mode=options.mode, moe_routing=options.moe_routing,  # type: ignore[arg-type]
                           tokenizer=tokenizer, router_labels=options.labels, template_kwargs=options.template_kwargs,
                           top_p=options.top_p, name=options.model_name, base_ref=base, seed=options.seed)
@@ -147,6 +151,7 @@ def build_composition(
     spec = spec_for(
         composition, base, Path(out), model_name=options.model_name, gate_training=gate_summary,
         routing_accuracy=accuracy, template_kwargs=options.template_kwargs, router_fit=router_fit,
+        dtype=dtype_name(model),
     )
     save_composed(composition, spec, out)
     return spec

@@ -78,6 +78,8 @@ class ComposeInputs:
     envs: dict[str, Path] = field(default_factory=dict)  # … or capability → environment, rolled out here
     target: list[Trajectory] = field(default_factory=list)  # failed target rollouts with info["lacking"]
     # (`target_lacking`): moe routed at the opening fits its gates to their openings too
+    dtype: str | None = None  # the base's precision and device (`tracerl.models.placement` names; None: "auto")
+    device: str | None = None
 
 
 @dataclass
@@ -182,6 +184,7 @@ def run_compose(inputs: ComposeInputs, config: ComposeConfig, out: dict[str, Pat
             top_p=config.top_p, moe_routing=config.moe_routing, labels=labels, model_name=(names or {}).get(mode), seed=seed,
             router_fit=router_fit,
             target=inputs.target if mode == "moe" and fits_target_openings(config) else [],
+            dtype=inputs.dtype, device=inputs.device,
         )
         specs[mode] = build_composition([str(p) for p in inputs.adapters], inputs.base, out[mode], options,
                                         on_gate_log=on_gate_log)
@@ -193,4 +196,5 @@ def summary(run: ComposeRun) -> dict[str, Any]:
     out: dict[str, Any] = {"gate_rollouts": run.gate_data.rollouts if run.gate_data is not None else 0}
     for mode, spec in run.specs.items():
         out[mode] = {"routing_accuracy": spec.routing_accuracy.overall if spec.routing_accuracy else None}
+    out["dtype"] = next((spec.dtype for spec in run.specs.values()), None)
     return out

@@ -50,6 +50,7 @@ class CurveInputs:
     adapters: dict[str, Path]  # capability → its training folder (metrics.jsonl, snapshots/)
     gate_rollouts: int  # rollouts the gate data played (gate_data/summary.json)
     seeds: list[int]  # the held-out episodes every point plays (GRPO-on-target's evaluation episodes)
+    device: str | None = None  # where the composed model runs (`tracerl.models.placement`; its precision: the composition's)
 
 
 def curve_steps(metrics: dict[str, list[MetricsRow]], snapshots: dict[str, Iterable[int]],
@@ -93,8 +94,9 @@ def run_curve(inputs: CurveInputs, rollout_settings: RolloutSettings, make_env: 
     for step, used in steps:
         folder = out / f"step_{step}"
         with_adapters(inputs.composed, {name: kept[name][step] for name in inputs.adapters}, folder)
-        policy = ComposedPolicy(load_composed(folder), temperature=0.0, seed=seed,
-                                max_new_tokens=rollout_settings.max_new_tokens, max_batch_size=rollout_settings.batch_size)
+        policy = ComposedPolicy(load_composed(folder, device=inputs.device), temperature=0.0, seed=seed,
+                                max_new_tokens=rollout_settings.max_new_tokens, max_batch_size=rollout_settings.batch_size,
+                                kv_cache_tokens=rollout_settings.kv_cache_tokens)
         played = rollout(make_env, policy, [Episode(seed=s) for s in inputs.seeds],
                          batch_size=rollout_settings.batch_size, on_done=on_done)
         write_jsonl(out / f"step_{step}.jsonl", played)

@@ -63,11 +63,14 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
                  seed: int, rollout: RolloutSettings,
                  make_policy: Callable[[float, dict[str, Path]], AbstractContextManager[Policy]],
                  count_failures: FailureCounter | None = None, base: EvalResult | None = None,
-                 tau2_results: bool = False, on_done: Callable[[Trajectory], None] | None = None) -> EvalResult:
+                 tau2_results: bool = False, on_done: Callable[[Trajectory], None] | None = None,
+                 dtype: str | None = None, device: str | None = None) -> EvalResult:
     """Play `variant` on the first `config.tasks` tasks of `make_env`'s split, `config.trials` times
     each, and write its files into `out_dir`. `make_policy(temperature, adapters)` is a context holding
     the base policy with `adapters` loaded (local, or on servers); `count_failures` counts the failures
-    per selected capability; `base` is the base variant's result, for the paired difference."""
+    per selected capability; `base` is the base variant's result, for the paired difference.
+    A composed variant loads in `dtype` on `device` (`tracerl.models.placement` names); `dtype` is recorded in
+    the result (`make_policy`'s model is to be loaded in it too)."""
     if len(variant.adapters) > 1 or (variant.composed is not None and (variant.adapters or variant.note)):
         raise ValueError(f"variant {variant.name}: a composed model, or the base with at most one adapter")
     if variant.system_prompt is not None:
@@ -77,8 +80,9 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
     adapter = next(iter(variant.adapters), None)
     with ExitStack() as stack:
         if variant.composed is not None:
-            policy: Any = ComposedPolicy(load_composed(variant.composed), temperature=temperature, seed=seed,
-                                         max_new_tokens=rollout.max_new_tokens, max_batch_size=rollout.batch_size)
+            policy: Any = ComposedPolicy(load_composed(variant.composed, device=device, dtype=dtype), temperature=temperature,
+                                         seed=seed, max_new_tokens=rollout.max_new_tokens, max_batch_size=rollout.batch_size,
+                                         kv_cache_tokens=rollout.kv_cache_tokens)
         else:
             policy = stack.enter_context(make_policy(temperature, variant.adapters))
             if variant.note is not None:
@@ -88,6 +92,8 @@ def run_evaluate(variant: EvalVariant, make_env: Callable[[], Any], config: Eval
                             batch_size=rollout.batch_size, on_done=on_done)
     result = summarize_variant(variant.name, trajectories, rollouts_used=variant.rollouts_used,
                                count_failures=count_failures, base=base, bootstrap=config.bootstrap, seed=seed)
+    if dtype is not None:
+        result = result.model_copy(update={"dtype": dtype})
     stem = eval_file_stem(variant.name)
     write_jsonl(out_dir / f"{stem}.jsonl", trajectories)
     if tau2_results:  # τ²-bench's own results file too, for its tools (`tau2 view`)

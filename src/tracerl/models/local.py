@@ -20,8 +20,9 @@ When the model is trained in place between turns of a live session, call with fr
 
 Engines: `engine="continuous"` (the default) lets `tracerl.envs.runner.rollout` play all its
 episodes through one running batch (`tracerl.models.continuous`: a turn leaves the batch when it
-ends, the episode's next turn joins when the environment has answered; a preallocated KV cache per
-episode; the shared prompt prefix run once). Records and seeds are those of `act`. Models it
+ends, the episode's next turn joins when the environment has answered; a KV cache per episode, each
+the longest one's length, or with `kv_cache_tokens` blocks from a pool of that many tokens; the shared
+prompt prefix run once). Records and seeds are those of `act`. Models it
 cannot serve (flash attention, sliding-window layers) and subclasses that change `act`, `_request` or
 `generate_requests` (unless they declare `samples_continuously`, as `ComposedPolicy` does) use `act`
 in lockstep, as does `engine="lockstep"`.
@@ -44,7 +45,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from peft.utils import _get_submodules
 from peft.utils.other import AuxiliaryTrainingWrapper
 from safetensors import SafetensorError
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from tracerl.core.errors import InputError
@@ -54,6 +55,7 @@ from tracerl.models.chat import ChatFormat, ChatState
 from tracerl.models.continuous import PolicyTurns, supports_continuous
 from tracerl.models.generation import GenerationRequest, LogprobsMode, generate
 from tracerl.models.lora_check import adapter_shapes, check_adapter
+from tracerl.models.placement import resolve_device, torch_dtype
 from tracerl.models.tiny_agent import TINY_AGENT_DIR
 from tracerl.models.tiny_code_agent import TINY_CODE_AGENT_DIR
 
@@ -63,11 +65,14 @@ CODE_AGENT = "tiny-code-agent"  # the tiny code agent (tracerl.models.tiny_code_
 SHIPPED_AGENTS = {EMBEDDED_AGENT: TINY_AGENT_DIR, CODE_AGENT: TINY_CODE_AGENT_DIR}  # name -> its folder in the package
 
 
-def load_model(path_or_name: str | Path, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> tuple[Any, Any]:
+def load_model(path_or_name: str | Path, device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) via `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained`, in eval mode.
 
-    `path_or_name` "tiny-agent" (or "tiny") is the embedded agent shipped in the package; a path ending
-    in ".gguf" is a GGUF file, dequantized by transformers (`gguf_file=`; needs the `gguf` package). A PEFT
+    `device` and `dtype` are `tracerl.models.placement` names or torch objects (None: "auto", the first
+    GPU if any and the checkpoint's own precision). `path_or_name` "tiny-agent" (or "tiny") is the
+    embedded agent shipped in the package; a path ending in ".gguf" is a GGUF file, dequantized by
+    transformers (`gguf_file=`; needs the `gguf` package). A PEFT
     adapter directory loads its base model (from `adapter_config.json`) with the adapter merged into
     its weights: the model is the adapted one whatever asks it, where an attached adapter would be
     passed over by a `LocalPolicy` session naming no adapter (that plays the base). Errors (missing
@@ -75,7 +80,8 @@ def load_model(path_or_name: str | Path, device: str | torch.device | None = Non
     """
     hf_logging.disable_progress_bar()  # our commands draw their own progress
     path = resolve_model_path(path_or_name)
-    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device(device)
+    dtype = torch_dtype(dtype)
     adapter_config = Path(path) / "adapter_config.json"
     try:
         if adapter_config.exists():
@@ -127,6 +133,28 @@ def strip_adapter_layers(model: torch.nn.Module) -> None:
         model.__dict__.pop(attribute, None)
 
 
+def resolved_dtype(base: str, dtype: str | None) -> str:
+    """The precision `load_model(base, dtype=dtype)` loads in, named, without loading the weights: `dtype`
+    itself, or for "auto" the checkpoint config's `dtype` (a PEFT adapter directory: its base's); "auto"
+    when the config states none (transformers then takes the weights' own)."""
+    if dtype not in (None, "auto"):
+        torch_dtype(dtype)  # an unknown name is an InputError
+        return str(dtype)
+    path = resolve_model_path(base)
+    if path.endswith(".gguf"):
+        return "auto"  # a GGUF file is dequantized in the precision transformers picks
+    try:
+        if (Path(path) / "adapter_config.json").exists():
+            path = resolve_model_path(PeftConfig.from_pretrained(path).base_model_name_or_path)
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"cannot read the model config of '{base}': {str(e).splitlines()[0]}") from None
+    found = getattr(config, "dtype", None)
+    if found is None:
+        return "auto"
+    return str(found).removeprefix("torch.")
+
+
 def resolve_model_path(path_or_name: str | Path) -> str:
     """The embedded agent's directory for "tiny-agent"/"tiny", the tiny code agent's for "tiny-code-agent";
     otherwise the argument unchanged."""
@@ -168,6 +196,7 @@ class LocalPolicy:
         kv_reuse: bool = True,
         engine: str = "continuous",
         name: str = "model",
+        kv_cache_tokens: int | None = None,
     ):
         if engine not in ("continuous", "lockstep"):
             raise InputError(f"unknown sampling engine '{engine}' (continuous or lockstep)")
@@ -182,6 +211,7 @@ class LocalPolicy:
         self.logprobs_mode = logprobs_mode
         self.routes = dict(routes or {})
         self.max_batch_size = max_batch_size
+        self.kv_cache_tokens = kv_cache_tokens  # the continuous engine's key-value budget (None: unbounded)
         self.name = name
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.chat.end_of_turn_id
         self.max_context = context_length(model)
@@ -310,11 +340,20 @@ class LocalPolicy:
         if not getattr(self.model, "peft_config", None):
             return None
 
+        mixes = can_mix_adapters(self.model)
+
         def kwargs(extras: list[Any]) -> dict[str, Any]:
             names = [e if e is not None else BASE for e in extras]
-            if names and all(n == names[0] for n in names) and list(self.model.active_adapters) == names[:1]:
+            same = bool(names) and all(n == names[0] for n in names)
+            if same and list(self.model.active_adapters) == names[:1]:
                 return {}  # every row on the active adapter: PEFT's plain forward, not its per-row routing
-            return {"adapter_names": names}
+            if mixes:
+                return {"adapter_names": names}
+            if same and names[0] != BASE:
+                self.model.set_adapter(names[0])
+                return {}
+            raise InputError("this model's adapters adapt fused expert weights (PEFT target_parameters), which PEFT "
+                             "cannot mix in one batch: play one adapter per batch (rows " + ", ".join(sorted(set(names))) + ")")
 
         return kwargs
 
@@ -340,6 +379,12 @@ class LocalPolicy:
             prompt_ids=ids, max_new_tokens=budget, temperature=self.temperature, top_p=self.top_p,
             stop_ids=self.chat.stop_ids, generator=gen, extra=session.adapter, past=past, keep_cache=self.kv_reuse,
         )
+
+
+def can_mix_adapters(model: torch.nn.Module) -> bool:
+    """Whether PEFT can run rows of different adapters in one batch (`adapter_names`): not where an adapter
+    adapts fused expert weights (`target_parameters`, a mixture-of-experts base)."""
+    return not any(type(m).__name__ == "ParamWrapper" for m in model.modules())
 
 
 def session_seed(seed: int, index: int) -> int:

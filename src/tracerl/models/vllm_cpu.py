@@ -25,11 +25,12 @@ SERVER_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_CPU_KVCACHE_SPAC
               "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
-def vllm_command(model: str | Path, port: int, *, lora: bool = True, logprobs_mode: str = "processed_logprobs") -> list[str]:
+def vllm_command(model: str | Path, port: int, *, lora: bool = True, logprobs_mode: str = "processed_logprobs",
+                 dtype: str = "float32") -> list[str]:
     """The server's arguments after `python` (the command in `tracerl.models.remote`'s docstring and
-    README), with the two flags the tests vary."""
+    README), with the flags the tests vary; `dtype` is the run's `model.dtype` (the trainer's precision)."""
     cmd = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "base",
-           "--dtype", "float32"]
+           "--dtype", dtype]
     if lora:
         cmd += ["--enable-lora", "--max-lora-rank", "16"]
     cmd += ["--logprobs-mode", logprobs_mode, "--generation-config", "vllm", "--enable-auto-tool-choice",

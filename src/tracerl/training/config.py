@@ -12,6 +12,7 @@ stage shares.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from peft import LoraConfig
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tracerl.core.config_file import load_yaml, validate_config
+from tracerl.core.errors import InputError
 from tracerl.core.sampling import RolloutSettings
 
 ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -36,14 +38,57 @@ class LoraSettings(BaseModel):
     target_modules: list[str] = Field(default_factory=lambda: list(ALL_PROJECTIONS), description="Names of the "
                                       "linear modules that get an adapter (default all seven projections: q_proj, "
                                       "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj); a name the base model "
-                                      "lacks is an error.")
+                                      "lacks is an error, but gate_proj, up_proj and down_proj on a base whose "
+                                      "experts are fused (see target_parameters).")
+    target_parameters: list[str] | None = Field(None, description="PEFT's target_parameters: weights held as "
+                                                "parameters, not linear modules, that get an adapter (one LoRA per "
+                                                "expert) — the fused expert weights of a mixture-of-experts base "
+                                                "(default None: on a base whose experts are fused parameters, as "
+                                                "transformers 5's Qwen3-MoE, its expert weights, "
+                                                "mlp.experts.gate_up_proj and mlp.experts.down_proj, standing for "
+                                                "gate_proj, up_proj and down_proj; on any other base, none). [] "
+                                                "leaves the experts without an adapter. They take no lora_dropout.")
 
-    def peft_config(self):
+    def peft_config_for(self, model: Any):
+        """The `LoraConfig` for `model`: `target_modules` it has, and its fused expert weights (see
+        `target_parameters`); a target it lacks is an `InputError`."""
+        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        fused = fused_expert_parameters(model)
+        excused = set(MLP_PROJECTIONS) if fused else set()
+        missing = [m for m in self.target_modules if m not in names and m not in excused]
+        if missing:
+            raise InputError(f"lora.target_modules not in the base model: {', '.join(missing)}")
+        params = fused if self.target_parameters is None else list(self.target_parameters)
+        absent = [p for p in params if p not in fused_expert_parameters(model, all_3d=True)]
+        if absent:
+            raise InputError(f"lora.target_parameters not in the base model: {', '.join(absent)}")
+        if params and self.lora_dropout:
+            raise InputError("lora.lora_dropout must be 0 with expert weights as targets (lora.target_parameters)")
+        modules = [m for m in self.target_modules if m in names]
 
-        return LoraConfig(
-            r=self.r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-            target_modules=list(self.target_modules), bias="none", task_type="CAUSAL_LM",
-        )
+        return LoraConfig(r=self.r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout, target_modules=modules,
+                          bias="none", task_type="CAUSAL_LM", **({"target_parameters": params} if params else {}))
+
+
+MLP_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
+
+
+def fused_expert_parameters(model: Any, all_3d: bool = False) -> list[str]:
+    """The fused expert weights of a mixture-of-experts base, named as PEFT's target_parameters name them
+    (the module path after `layers.<i>.`, then the parameter: "mlp.experts.gate_up_proj"): the 3-D
+    parameters of modules whose class name ends in "Experts" (with `all_3d`, of any module)."""
+    found: list[str] = []
+    for path, module in model.named_modules():
+        if not all_3d and not type(module).__name__.endswith("Experts"):
+            continue
+        for name, p in module.named_parameters(recurse=False):
+            if p.dim() != 3:
+                continue
+            key = re.sub(r"^.*?\blayers\.\d+\.", "", f"{path}.{name}")
+            key = key.replace(".base_layer", "")
+            if key not in found:
+                found.append(key)
+    return found
 
 
 MOVED_TO_ROLLOUT = {"max_new_tokens": "max_new_tokens", "rollout_batch_size": "batch_size", "temperature": "temperature"}
@@ -137,15 +182,27 @@ class TrainConfig(BaseModel):
                                              "every optimizer step, so it sets memory and speed, not the loss (up "
                                              "to float rounding). One group per micro-batch runs its shared prompt "
                                              "once.")
+    per_device_train_batch_tokens: int | None = Field(None, ge=1, description="Padded tokens per micro-batch on "
+                                                      "each rank (default None: per_device_train_batch_size alone "
+                                                      "bounds it): a micro-batch takes sequences in order while their "
+                                                      "count × the longest one's length fits; a longer sequence runs "
+                                                      "alone. Like per_device_train_batch_size it sets memory, not "
+                                                      "the loss. Not in TRL.")
+    gradient_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in backward "
+                                         "instead of keeping them (default False; transformers' non-reentrant "
+                                         "gradient checkpointing, as TRL's gradient_checkpointing): a training "
+                                         "forward keeps one hidden state per layer, at about one more forward of "
+                                         "compute. The shared prompt is then not run apart in the loss's forward.")
     shard: Literal["none", "fsdp2"] = Field("none", description="How the model is laid out over the ranks of "
                                              "a torchrun launch (default \"none\": every rank holds the whole base "
                                              "and adapter, gradients all-reduced as DDP does). \"fsdp2\": PyTorch "
                                              "FSDP2 (fully_shard, one unit per decoder layer) shards the frozen base "
                                              "and the adapter, each rank keeping about 1/N of them, for a base that "
-                                             "does not fit on one GPU; rollouts sampled in the trainer gather the "
-                                             "whole model while they run (rollouts from a server do not), and the "
-                                             "shared prompt is not run apart. One process: nothing is sharded. Not "
-                                             "in TRL (there: accelerate's FSDP settings).")
+                                             "does not fit on one GPU. Its rollouts come from servers "
+                                             "(model.server_url, --server): in-process sampling, which would gather "
+                                             "the whole model on every GPU, is refused. The shared prompt is not run "
+                                             "apart. One process: nothing is sharded. Not in TRL (there: "
+                                             "accelerate's FSDP settings).")
     # --- schedule, evaluation, checkpoints -----------------------------------------------------
     max_steps: int = Field(20, ge=1, description="Steps to train (default 20); one step is one batch of groups "
                            "and num_iterations optimizer steps. May be raised when resuming.")

@@ -2,8 +2,11 @@
 
 `fully_shard` (PyTorch FSDP2) per decoder layer: each rank keeps 1/N of every weight and a forward
 all-gathers one layer at a time, so every rank must run the same forwards in the same order
-(`GRPOTrainer` keeps them in step). Sampling, whose forwards differ per rank, runs inside
-`full_parameters` (the whole model gathered once, no collective in a forward). Adapter and
+(`GRPOTrainer` keeps them in step). A sharded run samples on servers (`build_trainer` refuses
+in-process rollouts); sampling in the trainer, whose forwards differ per rank, would run inside
+`full_parameters` (the whole model gathered once, no collective in a forward). The token log-probs'
+output head, applied over chunks after the model's forward (`training.loss`), uses the root unit's
+weights while FSDP2 keeps them gathered (the root is not resharded between forward and backward). Adapter and
 checkpoint files hold whole tensors, as an unsharded run's do (`FullState`, `load_sharded_checkpoint`).
 Each rank reads the whole base into CPU memory before it keeps its shard (N copies in host memory
 while loading). Tested with gloo on CPU (tests/training/test_distributed_fsdp.py), where the default

@@ -18,53 +18,136 @@ full batch — gradient accumulation and data parallelism do not change the resu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from tracerl.models.generation import _forward_signature
+
+LOGITS_CHUNK_ELEMENTS = 1 << 27  # tokens × vocabulary entries whose logits exist at once (512 MiB in float32)
 
 
 def token_logprobs(
     model: torch.nn.Module, ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-    prefix_len: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    prefix_len: int = 0, *, entropy: bool = True, chunk_elements: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-prob of every token given its prefix, and the entropy of that position's distribution.
 
     Both [batch, time], aligned with `ids` (position 0 has no prefix: 0). Logits are divided by
     `temperature` so that the log-probs are those of the distribution the sampler drew from.
+    `entropy=False` skips the entropy (returned as None): only the loss's forward logs it.
 
     `prefix_len` > 0: every row starts with the same `prefix_len` tokens, none of which is scored
     (context). The prefix then runs once, with batch size 1, its KV cache is repeated for the rows
     and the rest runs on top of it — the same values and gradients for a fraction of the compute
     (the rows of a GRPO group share their whole prompt). Positions 1…prefix_len−1 come back as 0.
+
+    Memory: while the scored tokens × vocabulary fit in `chunk_elements` (None: `LOGITS_CHUNK_ELEMENTS`,
+    read at the call), the model's logits are
+    taken whole, as `model(...).logits`. Beyond that (Qwen3's 151,936-entry vocabulary: 883 tokens)
+    the model runs with its output head set aside, and the head, the float32 log-softmax and the
+    entropy run over chunks of `chunk_elements // vocabulary` tokens, each recomputed in backward
+    (`torch.utils.checkpoint`): the whole-vocabulary distribution never exists for more than one
+    chunk, in training or not (TRL's selective log-softmax, fused with the head as Liger's
+    linear cross-entropy is). The values are the same up to float rounding.
     """
-    if prefix_len <= 0:
-        logits = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1]
-        return _scored(logits, ids[:, 1:], temperature, pad=1)
+    chunk_elements = LOGITS_CHUNK_ELEMENTS if chunk_elements is None else chunk_elements
+    head = _chunkable_head(model)
     rows, width = ids.shape
-    if not 0 < prefix_len < width:
-        raise ValueError("prefix_len must leave at least one token per row")
+    scored = (width - 1) if prefix_len <= 0 else (width - prefix_len)
+    vocab = head.out_features if head is not None else None
+    chunked = head is not None and rows * scored * vocab > chunk_elements
+    with _hidden_states_out(head) if chunked else nullcontext():
+        if prefix_len <= 0:
+            out = model(input_ids=ids, attention_mask=attention_mask).logits[:, :-1]
+            targets, pad = ids[:, 1:], 1
+        else:
+            if not 0 < prefix_len < width:
+                raise ValueError("prefix_len must leave at least one token per row")
+            cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
+            first = model(input_ids=ids[:1, :prefix_len], use_cache=True)
+            cache = getattr(first, cache_name)
+            cache.batch_repeat_interleave(rows)
+            positions = torch.arange(prefix_len, width, device=ids.device).expand(rows, -1)
+            tail = model(input_ids=ids[:, prefix_len:], attention_mask=attention_mask, position_ids=positions,
+                         use_cache=True, **{cache_name: cache}).logits
+            # predicting tokens prefix_len … width−1: the prefix's last position, then the tail's
+            out = torch.cat([first.logits[:, -1:].expand(rows, -1, -1), tail[:, :-1]], dim=1)
+            targets, pad = ids[:, prefix_len:], prefix_len
+    if chunked:
+        logp, ent = _chunked_scores(out, head.weight, head.bias, targets, temperature, entropy,
+                                    max(1, chunk_elements // vocab))
+    else:
+        logp, ent = _scored(out, targets, temperature, entropy)
+    zeros = logp.new_zeros(rows, pad)
+    return torch.cat([zeros, logp], dim=1), torch.cat([zeros, ent], dim=1) if ent is not None else None
 
-    cache_name, _ = _forward_signature(model)  # "cache" in recent transformers, else "past_key_values"
-    head = model(input_ids=ids[:1, :prefix_len], use_cache=True)
-    cache = getattr(head, cache_name)
-    cache.batch_repeat_interleave(rows)
-    positions = torch.arange(prefix_len, width, device=ids.device).expand(rows, -1)
-    tail = model(input_ids=ids[:, prefix_len:], attention_mask=attention_mask, position_ids=positions,
-                 use_cache=True, **{cache_name: cache}).logits
-    # logits predicting tokens prefix_len … width−1: the prefix's last position, then the tail's
-    logits = torch.cat([head.logits[:, -1:].expand(rows, -1, -1), tail[:, :-1]], dim=1)
-    return _scored(logits, ids[:, prefix_len:], temperature, pad=prefix_len)
 
-
-def _scored(logits: torch.Tensor, targets: torch.Tensor, temperature: float, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _scored(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+            entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    zeros = logp.new_zeros(targets.shape[0], pad)
-    return torch.cat([zeros, logp], dim=1), torch.cat([zeros, entropy], dim=1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if entropy else None
+    return logp, ent
+
+
+def _chunkable_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The model's output head when the logits can be taken apart from the model's forward: a plain
+    linear (no LoRA on it) with nothing after it (no logit soft-capping); else None (logits whole)."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    config = getattr(model, "config", None)
+    if type(head) is not torch.nn.Linear or getattr(config, "final_logit_softcapping", None) is not None:
+        return None
+    return head
+
+
+@contextmanager
+def _hidden_states_out(head: torch.nn.Linear) -> Iterator[None]:
+    """Inside, `head` passes its input through: the model's `.logits` are its final hidden states."""
+    head.forward = _identity
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def _chunked_scores(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                    temperature: float, entropy: bool, chunk: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`_scored(F.linear(hidden, weight, bias), …)` over chunks of `chunk` tokens, each chunk's logits
+    recomputed in backward rather than kept."""
+    flat_h = hidden.reshape(-1, hidden.shape[-1])
+    flat_t = targets.reshape(-1)
+    logps, ents = [], []
+    for start in range(0, flat_h.shape[0], chunk):
+        h, t = flat_h[start:start + chunk], flat_t[start:start + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            logp, ent = checkpoint(_chunk_scores, h, t, weight, bias, temperature, entropy, use_reentrant=False)
+        else:
+            logp, ent = _chunk_scores(h, t, weight, bias, temperature, entropy)
+        logps.append(logp)
+        ents.append(ent)
+    logp = torch.cat(logps).view(targets.shape)
+    return logp, torch.cat(ents).view(targets.shape) if entropy else None
+
+
+def _chunk_scores(h: torch.Tensor, t: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                  temperature: float, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logp_all = F.log_softmax(F.linear(h, weight, bias).float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, t[:, None]).squeeze(-1)
+    if not entropy:
+        return logp, None
+    with torch.no_grad():  # logged only
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, ent
 
 
 def shared_prefix_length(ids: torch.Tensor, attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> int:

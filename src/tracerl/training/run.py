@@ -28,6 +28,7 @@ from tracerl.envs.synthetic.envdir import (
 from tracerl.models.chat import ChatFormat
 from tracerl.models.importing import GGUF_BASE, TEMPLATE_ADVICE
 from tracerl.models.local import LocalPolicy, load_model, resolve_model_path
+from tracerl.models.placement import dtype_name, resolve_device
 from tracerl.models.served import ServedCheck, ServerBackend, probe_prompts
 from tracerl.training.backends import LocalBackend
 from tracerl.training.config import TrainConfig
@@ -38,21 +39,24 @@ from tracerl.training.trainer import GRPOTrainer
 ADAPTER_NAME = "default"
 
 
-def device_for(world: World) -> torch.device:
-    """cuda:LOCAL_RANK when GPUs are present, else CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", world.rank)) % torch.cuda.device_count())
-    return torch.device("cpu")
+def device_for(world: World, device: str | None = None) -> torch.device:
+    """Where this rank trains: under torchrun (several ranks), cuda:LOCAL_RANK of the visible GPUs when there
+    are GPUs, else the CPU; one process, `device` (a `tracerl.models.placement` name, default "auto")."""
+    if world.size > 1:
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", world.rank)) % torch.cuda.device_count())
+        return torch.device("cpu")
+    return resolve_device(device)
 
 
-def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any, Any]:
+def load_base(base: str | Path, device: torch.device | None = None, dtype: str | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) of a plain base model; a PEFT adapter directory is refused (pass it as init_adapter)."""
     path = Path(resolve_model_path(base))
     if (path / "adapter_config.json").exists():
         raise InputError(f"{base}: is a LoRA adapter, not a base model (start from it with --adapter)")
     if path.suffix == ".gguf":
         raise InputError(f"{base}: {GGUF_BASE}")
-    model, tokenizer = load_model(base, device=device)
+    model, tokenizer = load_model(base, device=device, dtype=dtype)
     if getattr(tokenizer, "chat_template", None) is None:
         raise InputError(f"{base}: the tokenizer has no chat template")
     problem = ChatFormat(tokenizer).tool_rendering_problem()
@@ -64,12 +68,9 @@ def load_base(base: str | Path, device: torch.device | None = None) -> tuple[Any
 def attach_lora(model: Any, config: TrainConfig, init_adapter: str | Path | None = None) -> Any:
     """The PEFT model to train: a fresh LoRA (seeded) or `init_adapter`, checked against the base."""
     if init_adapter is None:
-        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-        missing = [m for m in config.lora.target_modules if m not in names]
-        if missing:
-            raise InputError(f"lora.target_modules not in the base model: {', '.join(missing)}")
+        peft_config = config.lora.peft_config_for(model)  # an InputError names targets the base lacks
         torch.manual_seed(config.seed)
-        return get_peft_model(model, config.lora.peft_config(), adapter_name=ADAPTER_NAME)
+        return get_peft_model(model, peft_config, adapter_name=ADAPTER_NAME)
     directory = Path(init_adapter)
     if not (directory / "adapter_config.json").exists():
         raise InputError(f"{directory}: not a PEFT adapter directory (no adapter_config.json)")
@@ -81,6 +82,16 @@ def attach_lora(model: Any, config: TrainConfig, init_adapter: str | Path | None
     except (RuntimeError, ValueError, KeyError, OSError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise InputError(f"{directory}: adapter does not fit the base model: {first[:300]}") from None
+
+
+def enable_activation_checkpointing(model: Any) -> None:
+    """Each decoder layer recomputed in backward (non-reentrant: the LoRA inputs need no grad flag), by
+    transformers' own switch (its name since 5.x, the older one before)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def check_env(make_env: Callable[[], Env], source: str) -> None:
@@ -111,14 +122,25 @@ def build_trainer(
     served_model: str | None = None,
     on_step: Callable[[dict[str, Any]], None] | None = None,
     make_eval_env: Callable[[], Env] | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    served_tolerance: float | None = None,
 ) -> GRPOTrainer:
     """Check every input, then assemble the trainer (rollouts local, or from `server_url`); held-out
     evaluation plays `make_eval_env`'s environments (default: `make_env`'s). `env_source` and
-    `env_digest` (`synthesis.envdir.env_digest`) are recorded in train_config.json."""
-    check_env(make_env, env_source)
+    `env_digest` (`synthesis.envdir.env_digest`) are recorded in train_config.json, with the precision
+    the base was loaded in (`dtype`, a `tracerl.models.placement` name; `device`: see `device_for`).
+    `served_tolerance`: the served-policy check's, in nats (None: the precision's)."""
     sharded = config.shard == "fsdp2" and world.size > 1
-    model, tokenizer = load_base(base, torch.device("cpu") if sharded else device_for(world))
+    if sharded and server_url is None:
+        raise InputError("shard: fsdp2 samples its rollouts on servers: in-process sampling would gather the whole "
+                         "model on every GPU. Serve the base with vLLM (--enable-lora) and give its URL "
+                         "(model.server_url in a run config, --server for tracerl train); docs/gpu.md")
+    check_env(make_env, env_source)
+    model, tokenizer = load_base(base, torch.device("cpu") if sharded else device_for(world, device), dtype=dtype)
     peft_model = attach_lora(model, config, init_adapter)
+    if config.gradient_checkpointing:
+        enable_activation_checkpointing(peft_model.get_base_model())
     if sharded:  # every rank built the same adapter (seeded), so each keeps its slice of one model
         shard_model(peft_model, world, device_for(world))
     chat = ChatFormat(tokenizer)
@@ -128,18 +150,19 @@ def build_trainer(
         def make_policy(greedy: bool, seed: int):
             return LocalPolicy(peft_model, tokenizer, temperature=0.0 if greedy else config.rollout.temperature, seed=seed,
                                max_new_tokens=config.rollout.max_new_tokens, logprobs_mode="processed_logprobs",
-                               max_batch_size=config.rollout.batch_size)
+                               max_batch_size=config.rollout.batch_size, kv_cache_tokens=config.rollout.kv_cache_tokens)
         backend: LocalBackend | ServerBackend = LocalBackend(make_policy, adapter=ADAPTER_NAME)
     else:
         backend = ServerBackend(server_url, tokenizer, served_model or ADAPTER_NAME, temperature=config.rollout.temperature,
                                 max_new_tokens=config.rollout.max_new_tokens, api_key=os.environ.get("OPENAI_API_KEY"),
                                 max_concurrency=config.rollout.batch_size)
-
-        backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature)
+        backend.check = ServedCheck(peft_model, probe_prompts(make_env, chat), backend.temperature,
+                                    tolerance=served_tolerance)
         backend.served_dir = Path(out) / "served_adapters"
         backend.start()  # servers answer, serve a base model, report sampling log-probs: before any rollout
     run_info = {"base": str(base), "env": env_source, "env_digest": env_digest, "init_adapter": None if init_adapter is None else str(init_adapter),
-                "rollouts": "local" if server_url is None else server_url, "world_size": world.size}
+                "rollouts": "local" if server_url is None else server_url, "world_size": world.size,
+                "dtype": dtype_name(model)}
     return GRPOTrainer(config, peft_model, make_env, backend, chat.prompt_ids, out, pad_id=pad_id, world=world, run_info=run_info,
                        on_step=on_step, make_eval_env=make_eval_env)
 

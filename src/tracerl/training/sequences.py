@@ -106,3 +106,24 @@ def collate(sequences: Sequence[TrainSequence], pad_id: int = 0) -> Batch:
         old[i, :k] = torch.tensor(s.old_logprobs, dtype=torch.float32)
     adv = torch.tensor([s.advantage for s in sequences], dtype=torch.float32)
     return Batch(ids, attn, mask, old, adv)
+
+
+def micro_batches(sequences: Sequence[TrainSequence], max_sequences: int,
+                  max_tokens: int | None = None) -> list[list[TrainSequence]]:
+    """`sequences` cut, in order, into micro-batches of at most `max_sequences` sequences and, with
+    `max_tokens`, at most that many padded tokens (sequences × the longest one's length); a sequence
+    longer than `max_tokens` is a micro-batch of its own. In order, so a micro-batch holds whole
+    groups where it can (their shared prompt runs once)."""
+    out: list[list[TrainSequence]] = []
+    current: list[TrainSequence] = []
+    longest = 0
+    for s in sequences:
+        width = max(longest, len(s.ids))
+        if current and (len(current) >= max_sequences or (max_tokens is not None and (len(current) + 1) * width > max_tokens)):
+            out.append(current)
+            current, width = [], len(s.ids)
+        current.append(s)
+        longest = width
+    if current:
+        out.append(current)
+    return out

@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from tracerl.contracts import ADAPTER_WEIGHTS, METRICS_FILE, SNAPSHOTS, TrainRun
 from tracerl.core.errors import InputError
 from tracerl.envs.synthetic.envdir import env_digest
+from tracerl.models.local import resolved_dtype
 from tracerl.training import checkpoint as ckpt
 from tracerl.training.config import TrainConfig
 from tracerl.training.distributed import World, barrier
@@ -67,6 +68,7 @@ class TrainSummary(BaseModel):
     seconds: float = Field(description="Training seconds summed over the metrics rows (resumed parts included).")
     world_size: int = 1
     rank: int = 0
+    dtype: str | None = Field(None, description="The precision the base was trained in.")
 
 
 def resolve_config(config: TrainConfig, env: TrainEnv) -> TrainConfig:
@@ -77,7 +79,7 @@ def resolve_config(config: TrainConfig, env: TrainEnv) -> TrainConfig:
 
 
 def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, force: bool,
-                world: World = World(), env_digest: str | None = None) -> bool:
+                world: World = World(), env_digest: str | None = None, dtype: str | None = None) -> bool:
     """Whether the run in `out` is resumed (the module's rules); with `force`, rank 0 first deletes it."""
     if force:
         if world.is_main:
@@ -88,7 +90,8 @@ def prepare_out(out: Path, config: TrainConfig, *, base: str, env_source: str, f
         return False
     saved = out / "train_config.json"
     if saved.exists():
-        changes = run_changes(TrainRun.read(saved), config, base=str(base), env=env_source, env_digest=env_digest)
+        changes = run_changes(TrainRun.read(saved), config, base=str(base), env=env_source, env_digest=env_digest,
+                              dtype=dtype)
         if changes:
             raise InputError(f"holds a run of other settings ({', '.join(changes)}); only max_steps and max_rollouts "
                              "may change: force starts it over (tracerl train --force, tracerl run --force STAGE) "
@@ -111,15 +114,20 @@ def clear_run(out: Path) -> None:
 
 def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *, force: bool = False,
               world: World = World(), init_adapter: str | Path | None = None, server_url: str | None = None,
-              served_model: str | None = None,
-              on_step: Callable[[dict[str, Any]], None] | None = None) -> TrainSummary:
-    """Train (or resume) one adapter into `out`; every input is checked before the model loads."""
+              served_model: str | None = None, on_step: Callable[[dict[str, Any]], None] | None = None,
+              dtype: str | None = None, device: str | None = None,
+              served_tolerance: float | None = None) -> TrainSummary:
+    """Train (or resume) one adapter into `out`, the base loaded in `dtype` on `device`
+    (`tracerl.models.placement` names); every input is checked before the model loads."""
     out = Path(out)
     config = resolve_config(config, env)
-    resume = prepare_out(out, config, base=base, env_source=env.source, force=force, world=world, env_digest=env.digest)
+    dtype = resolved_dtype(base, dtype)
+    resume = prepare_out(out, config, base=base, env_source=env.source, force=force, world=world, env_digest=env.digest,
+                         dtype=None if dtype == "auto" else dtype)
     trainer = build_trainer(config, base, env.make, out, env_source=env.source, env_digest=env.digest, world=world,
                             init_adapter=init_adapter, server_url=server_url, served_model=served_model,
-                            on_step=on_step, make_eval_env=env.make_eval)
+                            on_step=on_step, make_eval_env=env.make_eval, dtype=dtype, device=device,
+                            served_tolerance=served_tolerance)
     rows = trainer.train(resume=resume)
     evals = [r["eval_success"] for r in rows if r.get("eval_success") is not None]
     return TrainSummary(
@@ -127,4 +135,5 @@ def run_train(env: TrainEnv, base: str, out: str | Path, config: TrainConfig, *,
         rollouts_used=rows[-1]["rollouts_used"] if rows else 0,
         eval_success_first=evals[0] if evals else None, eval_success_last=evals[-1] if evals else None,
         seconds=round(sum(r.get("seconds", 0.0) or 0.0 for r in rows), 2), world_size=world.size, rank=world.rank,
+        dtype=trainer.run_info["dtype"],
     )

@@ -15,8 +15,9 @@ Every evaluation (step 0, every `eval_steps`, the last step) also keeps the adap
 `snapshots/step_<n>/`: what TRACE's sample-efficiency curve composes at intermediate budgets.
 
 Under `shard: fsdp2` (`training.fsdp`) every rank runs the same forwards: a rank
-with fewer micro-batches runs a zero-weighted one, the shared prompt is not run apart, and local
-rollouts run with the whole model gathered (`full_parameters`).
+with fewer micro-batches runs a zero-weighted one and the shared prompt is not run apart. Its rollouts
+come from servers (`build_trainer` refuses in-process sampling, which would gather the whole model on
+every rank); a trainer built with a local backend anyway samples inside `full_parameters`.
 
 Every random draw is seeded from (seed, step, round, rank), so a resumed run repeats exactly what the
 uninterrupted run would have done.
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from pydantic import ValidationError
 
 from tracerl.contracts import TrainRun
 from tracerl.core.errors import InputError
@@ -71,6 +73,7 @@ from tracerl.training.sequences import (
     RenderPrompt,
     TrainSequence,
     collate,
+    micro_batches,
     training_sequence,
 )
 
@@ -108,15 +111,23 @@ class StepSample:
     rounds: int = 0
 
 
-def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str, env_digest: str | None) -> list[str]:
+def run_changes(saved: TrainRun, config: TrainConfig, *, base: str, env: str, env_digest: str | None,
+                dtype: str | None = None) -> list[str]:
     """What differs between a saved run and one about to resume it: config fields (but the stopping
     rules max_steps and max_rollouts), then 'base', then the environment — a synthesized one by its
-    content ('env content': its digest), however its folder is spelled; another by its name ('env')."""
+    content ('env content': its digest), however its folder is spelled (a run `tracerl train` wrote into a
+    workspace resumes as its stage); another by its name ('env') — and 'dtype' (a file that did not
+    record it matches any)."""
     free = {"max_steps", "max_rollouts"}
-    before = {k: v for k, v in saved.config.items() if k not in free}
+    try:  # a field the saved run predates counts as its default
+        saved_config = TrainConfig.model_validate(saved.config).model_dump()
+    except ValidationError:
+        saved_config = saved.config
+    before = {k: v for k, v in saved_config.items() if k not in free}
     now = {k: v for k, v in config.model_dump().items() if k not in free}
     changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
     changed += ["base"] if saved.base != base else []
+    changed += ["dtype"] if None not in (saved.dtype, dtype) and saved.dtype != dtype else []
     if saved.env_digest is not None or env_digest is not None:
         return changed + (["env content"] if saved.env_digest != env_digest else [])
     return changed + (["env"] if saved.env != env else [])
@@ -204,7 +215,7 @@ class GRPOTrainer:
         if not saved_path.exists():
             return
         changed = run_changes(TrainRun.read(saved_path), self.cfg, base=self.run_info["base"], env=self.run_info["env"],
-                              env_digest=self.run_info.get("env_digest"))
+                              env_digest=self.run_info.get("env_digest"), dtype=self.run_info.get("dtype"))
         if changed:
             raise InputError(f"resuming with different settings ({', '.join(changed)}); "
                              "only max_steps and max_rollouts may change", path=str(saved_path))
@@ -309,7 +320,7 @@ class GRPOTrainer:
             return {"loss": None, "clip_ratio": None, "approx_kl": None, "kl": None, "entropy": None,
                     "grad_norm": None, "trained_sequences": 0}
         shard = self.world.chunk(sequences)  # contiguous: a micro-batch holds whole groups (shared prompts)
-        micro = [shard[i:i + cfg.per_device_train_batch_size] for i in range(0, len(shard), cfg.per_device_train_batch_size)]
+        micro = micro_batches(shard, cfg.per_device_train_batch_size, cfg.per_device_train_batch_tokens)
         filler = sequences[:1]  # what a sharded rank with fewer micro-batches runs (weight 0) to keep in step
         self._prepare_old_logprobs(micro, filler)
         refs = self._reference_logprobs(micro, filler) if cfg.beta > 0 else [None] * len(micro)
@@ -322,7 +333,7 @@ class GRPOTrainer:
             totals.zero_()
             for part, ref in zip(micro, refs, strict=True):
                 batch = collate(part, self.pad_id).to(self.device)
-                logp, entropy = self._logprobs(batch)
+                logp, entropy = self._logprobs(batch, entropy=True, training=True)
                 loss, stats = policy_loss(
                     logp, batch.old_logprobs, batch.advantages, batch.loss_mask, counts,
                     loss_type=cfg.loss_type, epsilon=cfg.epsilon, epsilon_high=cfg.clip_high, beta=cfg.beta,
@@ -334,7 +345,7 @@ class GRPOTrainer:
                                         (entropy.detach() * batch.loss_mask).sum().item()],
                                        dtype=torch.float64, device=self.device)
             for _ in range(fillers):
-                (self._logprobs(collate(filler, self.pad_id).to(self.device))[0].sum() * 0.0).backward()
+                (self._logprobs(collate(filler, self.pad_id).to(self.device), training=True)[0].sum() * 0.0).backward()
             if not self.sharded:  # FSDP2 summed them in backward
                 all_reduce_grads_(self.world, self.params)
             grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)).item()
@@ -349,11 +360,14 @@ class GRPOTrainer:
             "trained_sequences": counts.sequences, "loss_tokens": counts.tokens,
         }
 
-    def _logprobs(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token log-probs and entropies of a micro-batch; the prompt the rows share runs once."""
-        # sharded: one forward per micro-batch, so every rank's forwards pair up (the prefix run would add one)
-        prefix = 0 if self.sharded else shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
-        return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.rollout.temperature, prefix_len=prefix)
+    def _logprobs(self, batch, *, entropy: bool = False, training: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Token log-probs (and with `entropy`, the entropies) of a micro-batch; the prompt the rows share runs
+        once — but sharded (one forward per micro-batch, so every rank's forwards pair up) and in a
+        gradient-checkpointed training forward (a layer recomputed in backward keeps no KV cache)."""
+        apart = self.sharded or (training and self.cfg.gradient_checkpointing)
+        prefix = 0 if apart else shared_prefix_length(batch.ids, batch.attention_mask, batch.loss_mask)
+        return token_logprobs(self.model, batch.ids, batch.attention_mask, self.cfg.rollout.temperature, prefix_len=prefix,
+                              entropy=entropy)
 
     @torch.no_grad()
     def _prepare_old_logprobs(self, micro: list[list[TrainSequence]], filler: list[TrainSequence]) -> None:

@@ -6,6 +6,11 @@ An adapter directory is what `PeftModel.save_pretrained` writes: `adapter_config
 The LoRA update of a module is `scaling · B A` with `scaling = lora_alpha / r`
 (`lora_alpha / √r` with `use_rslora`), exactly as PEFT computes it.
 
+A mixture-of-experts base's fused expert weights (PEFT's `target_parameters`) are saved per experts
+block, one wrapper per weight (`….experts[.base_layer…].lora_A.weight`, (r·experts) × in, and
+`lora_B.weight`, out × (r·experts)); the keys do not name the weight, so `expert_targets` matches each
+wrapper to the block's parameter of its shape, [experts, out, in].
+
 Every problem is an `InputError` naming the adapter directory: adapters trained on different
 bases, ranks or shapes that do not fit the base, targets the base lacks, LoRA variants the
 composition does not implement (DoRA, rank/alpha patterns, trained biases, modules_to_save).
@@ -44,6 +49,18 @@ class LoRAModule:
 
 
 @dataclass
+class ExpertLoRA:
+    """The LoRA factors of one fused expert weight [experts, out, in]: expert e's update is scaling · B[e] @ A[e]."""
+
+    A: torch.Tensor  # (experts, r, in)
+    B: torch.Tensor  # (experts, out, r)
+    scaling: float
+
+    def delta_weight(self) -> torch.Tensor:
+        return self.scaling * (self.B @ self.A)
+
+
+@dataclass
 class LoRAAdapter:
     """One PEFT LoRA adapter directory, read into tensors keyed by the base model's module path."""
 
@@ -55,6 +72,10 @@ class LoRAAdapter:
     lora_alpha: float
     target_modules: list[str]
     modules: dict[str, LoRAModule] = field(default_factory=dict)
+    # fused expert weights: the wrapper's module path (with its `.base_layer`s) → its factors, each
+    # expert's (`expert_targets` names the weight)
+    expert_wrappers: dict[str, ExpertLoRA] = field(default_factory=dict)
+    target_parameters: list[str] = field(default_factory=list)
 
 
 def _unsupported(config: dict) -> str | None:
@@ -67,7 +88,6 @@ def _unsupported(config: dict) -> str | None:
         (bool(config.get("rank_pattern")), "rank_pattern is not supported (one rank per adapter)"),
         (bool(config.get("alpha_pattern")), "alpha_pattern is not supported (one lora_alpha per adapter)"),
         (bool(config.get("fan_in_fan_out")), "fan_in_fan_out adapters are not supported"),
-        (bool(config.get("target_parameters")), "target_parameters adapters are not supported"),
         (bool(config.get("trainable_token_indices")), "trainable_token_indices is not supported"),
         (bool(config.get("layer_replication")), "layer_replication is not supported"),
     ]
@@ -102,18 +122,30 @@ def load_adapter(path: str | Path, name: str | None = None) -> LoRAAdapter:
     for key, tensor in state.items():
         module, kind = _parse_key(key, weights_path)
         factors.setdefault(module, {})[kind] = tensor
-    modules = {}
+    target_parameters = [str(t) for t in config.get("target_parameters") or []]
+    expert_blocks = {t.rpartition(".")[0] for t in target_parameters}
+    modules, wrappers = {}, {}
     for module, pair in sorted(factors.items()):
         if set(pair) != {"A", "B"}:
             raise InputError(f"module {module} has lora_{''.join(pair)} but not both A and B", path=str(weights_path))
         A, B = pair["A"], pair["B"]
+        stripped = module.replace(".base_layer", "")
+        if any(stripped == b or stripped.endswith("." + b) for b in expert_blocks):
+            if A.dim() != 2 or B.dim() != 2 or A.shape[0] % r or A.shape[0] != B.shape[1]:
+                raise InputError(f"expert weights of {module}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} are "
+                                 f"not r={r} per expert", path=str(weights_path))
+            experts = A.shape[0] // r  # PEFT's layout: A (r·E, in) → (E, r, in); B (out, r·E) → (E, out, r)
+            wrappers[module] = ExpertLoRA(A=A.float().reshape(experts, r, A.shape[1]),
+                                          B=B.float().reshape(B.shape[0], r, experts).permute(2, 0, 1).contiguous(),
+                                          scaling=scaling)
+            continue
         if A.dim() != 2 or B.dim() != 2 or A.shape[0] != r or B.shape[1] != r:
             raise InputError(
                 f"module {module}: lora_A {tuple(A.shape)} / lora_B {tuple(B.shape)} do not have rank r={r}",
                 path=str(weights_path),
             )
         modules[module] = LoRAModule(A=A.float(), B=B.float(), scaling=scaling)
-    if not modules:
+    if not modules and not wrappers:
         raise InputError("the adapter holds no LoRA weights", path=str(weights_path))
     targets = config.get("target_modules") or []
     auto = config.get("auto_mapping") or {}
@@ -126,7 +158,32 @@ def load_adapter(path: str | Path, name: str | None = None) -> LoRAAdapter:
         lora_alpha=alpha,
         target_modules=sorted(targets) if isinstance(targets, list) else [str(targets)],
         modules=modules,
+        expert_wrappers=wrappers,
+        target_parameters=target_parameters,
     )
+
+
+def expert_targets(model: nn.Module, adapter: LoRAAdapter) -> dict[str, ExpertLoRA]:
+    """The adapter's fused-expert factors keyed by the weight they adapt ("model.layers.0.mlp.experts.down_proj"):
+    each wrapper matched to the parameter of its experts block whose shape [experts, out, in] it fits."""
+    out: dict[str, ExpertLoRA] = {}
+    for wrapper, lora in adapter.expert_wrappers.items():
+        block_path = wrapper.replace(".base_layer", "")
+        try:
+            block = model.get_submodule(block_path)
+        except AttributeError:
+            raise InputError(f"adapter {adapter.name} adapts experts at {block_path}, which the base model lacks",
+                             path=adapter.path) from None
+        if not is_fused_experts(block):
+            raise InputError(f"adapter {adapter.name}: {block_path} is not a fused experts block this composition "
+                             "supports (Qwen3-MoE's gate_up_proj and down_proj)", path=adapter.path)
+        shape = (lora.A.shape[0], lora.B.shape[1], lora.A.shape[2])
+        names = [n for n in ("gate_up_proj", "down_proj") if tuple(getattr(block, n).shape) == shape]
+        if len(names) != 1 or f"{block_path}.{names[0]}" in out:
+            raise InputError(f"adapter {adapter.name}: expert factors of shape {shape} at {wrapper} fit no single "
+                             "weight of the base's experts (a different base?)", path=adapter.path)
+        out[f"{block_path}.{names[0]}"] = lora
+    return out
 
 
 def _parse_key(key: str, weights_path: Path) -> tuple[str, str]:
@@ -171,6 +228,7 @@ def check_adapters(model: nn.Module, adapters: list[LoRAAdapter], base_ref: str 
         cls = type(model).__name__
         if adapter.base_model_class and adapter.base_model_class != cls:
             raise InputError(f"adapter {adapter.name} was trained on a {adapter.base_model_class}, the base is a {cls}", path=adapter.path)
+        expert_targets(model, adapter)  # each wrapper fits one fused weight of the base
         linears = dict(model.named_modules())
         for module_name, lora in adapter.modules.items():
             target = linears.get(module_name)
@@ -184,3 +242,12 @@ def check_adapters(model: nn.Module, adapters: list[LoRAAdapter], base_ref: str 
                     f"but the base layer maps {target.in_features} → {target.out_features} (a different base?)",
                     path=adapter.path,
                 )
+
+
+def is_fused_experts(module: nn.Module) -> bool:
+    """Whether `module` is a fused experts block this composes: Qwen3-MoE's layout (concatenated gate and up,
+    not transposed, gated), `gate_up_proj` and `down_proj` parameters."""
+    return (type(module).__name__.endswith("Experts") and not getattr(module, "is_transposed", False)
+            and getattr(module, "is_concatenated", True) and getattr(module, "has_gate", True)
+            and not getattr(module, "has_bias", False)
+            and all(isinstance(getattr(module, n, None), nn.Parameter) for n in ("gate_up_proj", "down_proj")))

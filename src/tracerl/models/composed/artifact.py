@@ -118,7 +118,8 @@ def read_spec(path: str | Path) -> CompositionSpec:
     return CompositionSpec.read(path / SPEC_FILE)
 
 
-def load_composed(path: str | Path, *, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> Any:
+def load_composed(path: str | Path, *, device: str | torch.device | None = None,
+                  dtype: str | torch.dtype | None = None) -> Any:
     """Load a composed-model directory: a `ComposedModel` (an HF causal LM that routes every call)
     with `model.tracerl_composition` set.
 
@@ -126,11 +127,11 @@ def load_composed(path: str | Path, *, device: str | torch.device | None = None,
     past_key_values=…, use_cache=…)` → `.logits`, KV cache, `generate`); `model.tracerl_tokenizer`
     is the base's tokenizer. Router/merge modes take the routing weights of each call,
     `model(…, routing_weights=composition.weights_for(conversations))`; `generate` without them
-    routes each row from its prompt.
+    routes each row from its prompt. `dtype` None: the precision it was composed in (composition.json's).
     """
     path = Path(path)
     spec = read_spec(path)
-    model, tokenizer = load_model(resolve(spec.base, path), device=device, dtype=dtype)
+    model, tokenizer = load_model(resolve(spec.base, path), device=device, dtype=dtype if dtype is not None else spec.dtype)
     adapters = [load_adapter(resolve(a.path, path), name=a.name) for a in spec.adapters]
     router = spec.router
     composition = compose(model, adapters, list(spec.capabilities), mode=spec.mode, moe_routing=spec.moe_routing or "token",

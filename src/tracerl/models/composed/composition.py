@@ -59,13 +59,14 @@ from tracerl.core.errors import InputError
 from tracerl.core.messages import Message
 from tracerl.core.tools import ToolSchema
 from tracerl.models.chat import first_user_turn
-from tracerl.models.composed.adapters import LoRAAdapter, check_adapters
+from tracerl.models.composed.adapters import ExpertLoRA, LoRAAdapter, check_adapters, expert_targets
 from tracerl.models.composed.examples import (
     GateExample,
     opening_example_from_ids,
     pad_batch,
     prompt_example,
 )
+from tracerl.models.composed.experts import GatedLoRAExperts
 from tracerl.models.composed.layers import GatedLoRALinear, LayerRoute
 from tracerl.models.composed.router import BASE_DESCRIPTION, TaskRouter
 
@@ -104,7 +105,8 @@ class Composition:
         self.name = name  # the name the composed model is served under
         self.num_slots = len(adapters) + 1
         self.layers = decoder_layers(model)
-        self.linears: list[list[GatedLoRALinear]] = [[] for _ in self.layers]  # per decoder layer
+        # per decoder layer, the modules its routing reaches: gated linears and gated experts blocks
+        self.linears: list[list[GatedLoRALinear | GatedLoRAExperts]] = [[] for _ in self.layers]
         self.gates = gates
         self.composed_model = ComposedModel(model, self)
 
@@ -287,6 +289,20 @@ def compose(
         linear = GatedLoRALinear(getattr(parent, child), experts)
         setattr(parent, child, linear)
         composition.linears[index].append(linear)
+    blocks: dict[str, dict[str, dict[int, ExpertLoRA]]] = {}  # experts block → weight → slot → factors
+    for slot, adapter in enumerate(adapters, start=1):
+        for name, lora in expert_targets(model, adapter).items():
+            block, _, weight = name.rpartition(".")
+            blocks.setdefault(block, {}).setdefault(weight, {})[slot] = lora
+    for block, by_weight in sorted(blocks.items()):
+        index = next((i for prefix, i in layer_prefix.items() if block.startswith(prefix)), None)
+        if index is None:
+            raise InputError(f"adapter target {block} is outside the decoder layers; only layer experts can be routed")
+        parent_name, _, child = block.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        gated = GatedLoRAExperts(getattr(parent, child), by_weight)
+        setattr(parent, child, gated)
+        composition.linears[index].append(gated)
     model.tracerl_composition = composition
     composition.assert_frozen()
     return composition

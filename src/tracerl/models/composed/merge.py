@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from tracerl.core.errors import InputError
-from tracerl.models.composed.adapters import LoRAAdapter, check_adapters
+from tracerl.models.composed.adapters import LoRAAdapter, check_adapters, expert_targets
 
 
 @torch.no_grad()
@@ -26,10 +26,18 @@ def merge_adapters(model: nn.Module, adapters: list[LoRAAdapter], alpha: list[fl
     for weight, adapter in zip(alpha, adapters, strict=True):
         if weight == 0:
             continue
-        for name, lora in adapter.modules.items():
-            delta = (float(weight) * lora.scaling) * (lora.B.double() @ lora.A.double())
+        for name, lora in [*adapter.modules.items(), *expert_targets(model, adapter).items()]:
+            delta = (float(weight) * lora.scaling) * (lora.B.double() @ lora.A.double())  # experts: batched
             deltas[name] = deltas[name] + delta if name in deltas else delta
     for name, delta in deltas.items():
-        linear = model.get_submodule(name)
-        linear.weight.copy_((linear.weight.double() + delta).to(linear.weight.dtype))
+        param = _weight(model, name)
+        param.copy_((param.double() + delta).to(param.dtype))
     return model
+
+
+def _weight(model: nn.Module, name: str) -> torch.Tensor:
+    """A linear's weight by the linear's name, or a fused expert weight by its own."""
+    try:
+        return model.get_submodule(name).weight
+    except AttributeError:
+        return model.get_parameter(name)

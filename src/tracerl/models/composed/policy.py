@@ -99,12 +99,12 @@ class ComposedPolicy(LocalPolicy):
 
 
 def composed_server_policy(path: str, device: str | None, logprobs_mode: str, served_model_name: str | None,
-                           adapters: list) -> tuple[ComposedPolicy, str]:
+                           adapters: list, dtype: str | None = None) -> tuple[ComposedPolicy, str]:
     """`tracerl serve --model COMPOSED_DIR`: the policy for the server, and the name it is served under
     (composition.json's `model_name` unless --served-model-name is given)."""
 
     if adapters:
         raise InputError("--lora cannot be combined with a composed model (its adapters are fixed)")
-    model = load_composed(path, device=device)
+    model = load_composed(path, device=device, dtype=dtype)
     name = served_model_name or model.tracerl_composition.name
     return ComposedPolicy(model, logprobs_mode=logprobs_mode, name=name), name
