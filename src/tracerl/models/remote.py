@@ -29,7 +29,7 @@ The vLLM server that pairs with it — the command tests/vllm runs, with vLLM's 
         --host 127.0.0.1 --port 8000 [--api-key KEY]
 
 LoRA hot-swapping on, log-probs of the sampling distribution (what GRPO's importance ratio needs;
-the trainer checks the mode at start-up, see `tracerl.training.served`), no generation-config
+the trainer checks the mode at start-up, see `tracerl.models.served`), no generation-config
 defaults overriding the request's sampling parameters. The last two flags parse tool calls
 server-side for OpenAI clients of `/v1/chat/completions` (τ²-bench, agent frameworks): the
 agent's `<tool_call>` blocks are Hermes' (tests/vllm checks the tiny agent's calls come back as

@@ -4,7 +4,7 @@
 
 `w(token)` is a vector over the slots 0..N (slot 0 = "no adapter", it adds nothing). The weights
 arrive as an argument, `forward(x, route=LayerRoute)`, which the composition's per-call routing
-hooks pass in (`tracerl.composition.routing`); called without one, the layer is its base linear.
+hooks pass in (`tracerl.models.composed.composition.routed`); called without one, the layer is its base linear.
 Token-level MoE sets a one-hot row (times the gate probability while the gates train);
 task-level routing sets one row per sequence (one-hot for top-1, α for a weighted merge).
 
