@@ -70,7 +70,7 @@ def test_chunked_head_gives_the_same_logprobs_entropy_and_gradients(lora_model, 
 def test_no_more_than_a_chunk_of_the_distribution_exists():
     """Forward and backward: a [tokens, vocabulary] tensor of at most one chunk's tokens, where whole logits
     hold every token's (a vocabulary of 101, a size no other dimension has)."""
-    from conftest import tiny_qwen3
+    from training_helpers import tiny_qwen3
 
     model = get_peft_model(tiny_qwen3(vocab_size=101), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     ids = torch.randint(0, 101, (4, 16), generator=torch.Generator().manual_seed(0))

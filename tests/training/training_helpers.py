@@ -14,6 +14,15 @@ from tracerl.models.tokenizer import train_tokenizer
 LETTERS = "abcdefgh"
 
 
+def tiny_qwen3(vocab_size: int = 64, seed: int = 0) -> Qwen3ForCausalLM:
+    """A real Qwen3-architecture model with random weights, small enough for CI."""
+    torch.manual_seed(seed)
+    cfg = Qwen3Config(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+                      tie_word_embeddings=True)
+    return Qwen3ForCausalLM(cfg)
+
+
 class LetterEnv(Env):
     """Two assistant turns; reward = share of the letter the task asks for among the reply characters.
 

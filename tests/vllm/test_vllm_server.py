@@ -229,15 +229,15 @@ def test_two_servers_share_the_rollouts(vllm_server, vllm_logs, tmp_path):
 
 
 def test_the_documented_command_is_the_tested_one():
-    """`tracerl.models.remote` gives the command the tests run (`tracerl.models.vllm_cpu`), and so does README."""
+    """`tracerl.models.remote` gives the command the tests run (`tracerl.models.vllm_cpu`), and so does docs/gpu.md."""
     import tracerl.models.remote as remote
     from tracerl.models.vllm_cpu import vllm_command
 
     tested = " ".join(vllm_command("MODEL_DIR", 8000))
     documented = " ".join(remote.__doc__.replace("\\\n", " ").split())
     assert tested in documented, (tested, documented)
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert " ".join(vllm_command("Qwen/Qwen3-8B", 8000, dtype="bfloat16")) in " ".join(readme.split())  # model.dtype
+    guide = (Path(__file__).parents[2] / "docs" / "gpu.md").read_text().replace("\\\n", " ")
+    assert " ".join(vllm_command("Qwen/Qwen3-8B", 8000, dtype="bfloat16")) in " ".join(guide.split())  # model.dtype
 
 
 def test_chat_completions_return_the_agents_tool_calls(vllm_server):
