@@ -431,6 +431,12 @@ class StageFunctions:
 
     def compose(self, c: View) -> dict[str, Any]:
         caps = self.trained_envs(c.train_rejected)
+        if not caps:
+            built = EnvIndex.read(self.ws.env_index).built()
+            why = (f"calibration found no group of mixed rewards in {', '.join(built)}, and train_rejected: informative "
+                   "leaves those out (train_rejected: true trains them anyway)") if built else \
+                "synthesis built no environment (envs/index.json says why for each capability)"
+            raise InputError(f"no adapter to compose: {why}", path=str(self.ws.env_index))
         selected = {cap.name: cap.definition() for cap in self.selected()}
         inputs = ComposeInputs(base=c.model.base, adapters=[self.ws.adapter(cap) for cap in caps],
                                capabilities=[selected[cap] for cap in caps],  # those trained (`trained_envs`)

@@ -153,3 +153,15 @@ def test_the_composition_takes_the_trained_environments_only(tmp_path):
     for folder in ("composed", "composed_router"):
         composed = load_composed(ws / folder)
         assert [c.name for c in composed.tracerl_composition.capabilities] == [CAP]
+
+
+def test_nothing_left_to_train_stops_the_run_in_one_line_naming_why(tmp_path, capsys):
+    """Every environment left out by `informative` (no group of mixed rewards): the composition has no adapter, and
+    the run says why in one line (exit 2) instead of the compose command's 'give at least one adapter'."""
+    config, ws = synthesized_workspace(tmp_path, accepted=False, train_rejected="informative", informative=0.0)
+    assert main(["run", str(config), "-w", str(ws)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"error: {ws / 'envs' / 'index.json'}: no adapter to compose: calibration found no group of mixed "
+                   f"rewards in {CAP}, and train_rejected: informative leaves those out (train_rejected: true trains "
+                   "them anyway)")
+    assert not (ws / "composed").exists()
