@@ -32,7 +32,7 @@ class BridgeProcess:
 
     def __init__(self, script: Path, python: str, *, name: str, hint: str, env: dict[str, str] | None = None):
         self.name, self.hint, self.python = name, hint, python
-        self.workdir = tempfile.mkdtemp(prefix=f"tracerl-{name.lower()}-")  # the benchmark may write under its cwd
+        self.workdir = tempfile.mkdtemp(prefix=f"tracerl-{script.stem}-")  # the benchmark may write under its cwd
         self.log_path = Path(self.workdir) / "bridge.log"
         self._log = open(self.log_path, "wb")
         try:

@@ -22,10 +22,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import threading
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -40,6 +37,7 @@ from tracerl.core.messages import Action, Message
 from tracerl.core.tools import ToolSchema
 from tracerl.core.trajectory import Trajectory
 from tracerl.envs.base import Env, StepResult
+from tracerl.envs.bridge import BridgeError, BridgeProcess
 from tracerl.envs.endpoint import Endpoint, check_endpoint
 
 BRIDGE = Path(__file__).with_name("tau2_bridge.py")
@@ -68,63 +66,22 @@ class Tau2Settings(BaseModel):
 
 # --- the bridge process -----------------------------------------------------------------------
 
-class Bridge:
-    """One τ²-bench process; requests are answered in order (a lock makes it thread-safe)."""
+class Bridge(BridgeProcess):
+    """One τ²-bench process (`tau2_bridge.py`), with the domains it has described."""
     def __init__(self, python: str, data_dir: str | None):
-        env = dict(os.environ)
-        env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm fetches a price list at import otherwise
-        if data_dir:
+        env = {"LITELLM_LOCAL_MODEL_COST_MAP": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "True")}  # litellm
+        if data_dir:                                                     # fetches a price list at import otherwise
             env["TAU2_DATA_DIR"] = os.path.abspath(data_dir)
-        self.workdir = tempfile.mkdtemp(prefix="tracerl-tau2-")  # τ²-bench may write logs under its cwd
-        self.log_path = Path(self.workdir) / "bridge.log"
-        self._log = open(self.log_path, "wb")
-        try:
-            self.proc = subprocess.Popen([python, str(BRIDGE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=self._log, env=env, cwd=self.workdir, text=True, encoding="utf-8")
-        except OSError as e:
-            raise InputError(f"cannot run τ²-bench's Python '{python}' ({e.strerror}); {INSTALL_HINT}") from None
-        self.python = python
-        self._lock = threading.Lock()
-        self._count = 0
+        super().__init__(BRIDGE, python, name="τ²-bench", hint=INSTALL_HINT, env=env)
         self.domains: dict[str, dict[str, Any]] = {}
-
-    def request(self, op: str, **payload: Any) -> dict[str, Any]:
-        with self._lock:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"τ²-bench's process ended (exit {self.proc.returncode}); log: {self.log_path}")
-            assert self.proc.stdin and self.proc.stdout
-            self._count += 1
-            self.proc.stdin.write(json.dumps({"op": op, "id": self._count, **payload}, ensure_ascii=False) + "\n")
-            self.proc.stdin.flush()
-            while True:  # skip answers to requests abandoned mid-way (an interrupt, a timeout)
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"τ²-bench's process ended without an answer; log: {self.log_path}")
-                answer = json.loads(line)
-                if answer.pop("id", None) == self._count:
-                    break
-        if not answer.pop("ok"):
-            raise Tau2Error(answer["error"])
-        return answer
 
     def domain(self, name: str) -> dict[str, Any]:
         if name not in self.domains:
             self.domains[name] = self.request("domain", domain=name)
         return self.domains[name]
 
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-        self._log.close()
 
-
-class Tau2Error(RuntimeError):
-    """An error τ²-bench's process reported."""
+Tau2Error = BridgeError  # an error τ²-bench's process reported
 
 _BRIDGES: dict[tuple[str, str | None], Bridge] = {}
 
@@ -134,16 +91,7 @@ def bridge_for(python: str, data_dir: str | None) -> Bridge:
     key = (python, os.path.abspath(data_dir) if data_dir else None)
     if key not in _BRIDGES:
         bridge = Bridge(python, data_dir)
-        try:
-            hello = bridge.request("hello")
-        except Tau2Error as e:
-            bridge.close()
-            raise InputError(f"τ²-bench is not installed for {python} ({e}); {INSTALL_HINT}") from None
-        except RuntimeError:
-            bridge.close()
-            tail = bridge.log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise InputError(f"{python} could not run τ²-bench's side ({tail[0][:300]}); {INSTALL_HINT}") from None
-        bridge.hello = hello  # type: ignore[attr-defined]
+        bridge.hello_info = bridge.hello()  # type: ignore[attr-defined]
         _BRIDGES[key] = bridge
     return _BRIDGES[key]
 
@@ -273,7 +221,7 @@ class Tau2Env(Env):
             "reward_basis": self._basis(task_id),
             "user_simulator": self.settings.user.describe(),
             "judge": self.settings.judge.describe() if self.settings.judge else None,
-            "tau2_version": self.bridge.hello.get("version"),  # type: ignore[attr-defined]
+            "tau2_version": self.bridge.hello_info.get("version"),  # type: ignore[attr-defined]
         }
         return messages, info
 
